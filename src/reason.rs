@@ -1,0 +1,171 @@
+//! Reason codes: the stable, operator-facing names of every way a run can fail.
+//!
+//! Each code is part of the product contract (SPEC, "The failure file"): one per cause an
+//! operator would fix differently. The first line of the failure file is `code: sentence`.
+
+use std::fmt;
+
+/// Why `etcd-setup` did not get etcd running, as written to the failure file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasonCode {
+    /// No disc holding the etcd archive appeared before the wait ran out.
+    IsoTimeout,
+    /// An ISO image or device could not be read as iso9660 (truncated, corrupt, I/O error).
+    IsoUnreadable,
+    /// The Kubernetes ISO has no etcd archive at the expected path.
+    ArchiveMissing,
+    /// The archive is not an intact gzip-compressed tar (truncated, bad CRC, garbage).
+    ArchiveCorrupt,
+    /// The archive holds something unsafe: links, devices, absolute or `..` paths, odd layout.
+    ArchiveUnsafe,
+    /// The archive exceeds a configured cap (entries, file size, total size, ratio).
+    ArchiveTooLarge,
+    /// The archive's SHA-256 differs from the pinned one.
+    DigestMismatch,
+    /// `etcd` or `etcdctl` is absent from the archive, or not an ELF executable.
+    BinaryMissing,
+    /// The binaries are ELF for another machine (architecture, class or byte order).
+    WrongArchitecture,
+    /// The disk holding the staging or install folder is full.
+    DiskFull,
+    /// The configuration file is missing, malformed, or holds a bad value.
+    ConfigInvalid,
+    /// systemd refused a reload, enable or start request.
+    SystemdFailed,
+    /// etcd's unit failed to start.
+    EtcdStartFailed,
+    /// etcd started but is unhealthy or crash-looping.
+    EtcdUnhealthy,
+    /// Another `etcd-setup run` holds the lock for too long.
+    Locked,
+    /// The run was stopped by a signal before it finished.
+    Interrupted,
+    /// A bug or an unexpected condition in etcd-setup itself.
+    InternalError,
+}
+
+impl ReasonCode {
+    /// Every code, in the order the README lists them.
+    pub const ALL: &'static [ReasonCode] = &[
+        ReasonCode::IsoTimeout,
+        ReasonCode::IsoUnreadable,
+        ReasonCode::ArchiveMissing,
+        ReasonCode::ArchiveCorrupt,
+        ReasonCode::ArchiveUnsafe,
+        ReasonCode::ArchiveTooLarge,
+        ReasonCode::DigestMismatch,
+        ReasonCode::BinaryMissing,
+        ReasonCode::WrongArchitecture,
+        ReasonCode::DiskFull,
+        ReasonCode::ConfigInvalid,
+        ReasonCode::SystemdFailed,
+        ReasonCode::EtcdStartFailed,
+        ReasonCode::EtcdUnhealthy,
+        ReasonCode::Locked,
+        ReasonCode::Interrupted,
+        ReasonCode::InternalError,
+    ];
+
+    /// The stable text of the code, e.g. `archive-missing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::IsoTimeout => "iso-timeout",
+            ReasonCode::IsoUnreadable => "iso-unreadable",
+            ReasonCode::ArchiveMissing => "archive-missing",
+            ReasonCode::ArchiveCorrupt => "archive-corrupt",
+            ReasonCode::ArchiveUnsafe => "archive-unsafe",
+            ReasonCode::ArchiveTooLarge => "archive-too-large",
+            ReasonCode::DigestMismatch => "digest-mismatch",
+            ReasonCode::BinaryMissing => "binary-missing",
+            ReasonCode::WrongArchitecture => "wrong-architecture",
+            ReasonCode::DiskFull => "disk-full",
+            ReasonCode::ConfigInvalid => "config-invalid",
+            ReasonCode::SystemdFailed => "systemd-failed",
+            ReasonCode::EtcdStartFailed => "etcd-start-failed",
+            ReasonCode::EtcdUnhealthy => "etcd-unhealthy",
+            ReasonCode::Locked => "locked",
+            ReasonCode::Interrupted => "interrupted",
+            ReasonCode::InternalError => "internal-error",
+        }
+    }
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failure with its reason code and the one sentence an operator acts on.
+///
+/// `message` names the device, file, version or limit involved. The error chain that led
+/// here, if any, travels in `source` and becomes the detail lines of the failure file.
+#[derive(Debug)]
+pub struct Failure {
+    /// The stable reason code.
+    pub code: ReasonCode,
+    /// One actionable sentence.
+    pub message: String,
+    /// What lay underneath, for the detail lines.
+    pub source: Option<anyhow::Error>,
+}
+
+impl Failure {
+    /// A failure with no underlying error.
+    pub fn new(code: ReasonCode, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error for the detail lines.
+    pub fn with_source(mut self, source: impl Into<anyhow::Error>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// The failure file's first line: `code: sentence`.
+    pub fn headline(&self) -> String {
+        format!("{}: {}", self.code, self.message)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.headline())
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_ref().map(|e| e.as_ref() as _)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_kebab_case_and_round_trip_through_json() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ReasonCode::ALL {
+            let s = code.as_str();
+            assert!(seen.insert(s), "duplicate code {s}");
+            assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '-'), "{s}");
+            let json = serde_json::to_string(code).unwrap();
+            assert_eq!(json, format!("\"{s}\""));
+            let back: ReasonCode = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, *code);
+        }
+    }
+
+    #[test]
+    fn headline_is_code_colon_sentence() {
+        let f = Failure::new(ReasonCode::ArchiveMissing, "no etcd on /dev/sr0");
+        assert_eq!(f.headline(), "archive-missing: no etcd on /dev/sr0");
+    }
+}
