@@ -5,6 +5,7 @@
 //! arguments and maps outcomes to exit codes and reasons.
 #![deny(missing_docs)]
 
+pub mod iso9660;
 pub mod reason;
 
 /// The agent's version with the git commit it was built from, e.g. `0.1.0 (3f2a9c1d0e4b)`.
