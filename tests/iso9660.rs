@@ -1,0 +1,554 @@
+//! The ISO 9660 reader against images built by xorriso and genisoimage at run time, and
+//! against corrupted copies of them: good discs yield the tarball's exact bytes, bad ones an
+//! error that says what is wrong, never a panic or a hang.
+
+#[path = "common/iso.rs"]
+mod iso;
+
+use etcd_setup::iso9660::{is_iso9660, IsoError, IsoFile, IsoImage, Naming};
+use iso::{build_iso, patterned, Tool};
+use std::fs;
+use std::io::{Cursor, Read};
+use std::sync::OnceLock;
+use tempfile::TempDir;
+
+const TARBALL: &str = "etcd/etcd-linux-amd64.tar.gz";
+const LONG_NAME: &str = "k8s/1.28/A-Very-Long-File-Name-Exceeding-31-Characters.txt";
+
+/// The tarball stand-in: a few MiB that do not end on a sector boundary.
+fn tarball() -> &'static [u8] {
+    static DATA: OnceLock<Vec<u8>> = OnceLock::new();
+    DATA.get_or_init(|| patterned(3 * 1024 * 1024 + 1234, 7))
+}
+
+/// A tree like a Kubernetes ISO: the etcd tarball, Kubernetes binaries, an EFI folder,
+/// names longer than 31 characters, mixed case, an empty file.
+fn k8s_tree() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        (TARBALL, tarball().to_vec()),
+        (
+            "etcd/etcd-linux-amd64.tar.gz.sha256",
+            b"0123 etcd\n".to_vec(),
+        ),
+        ("k8s/1.28/kubeadm", patterned(5000, 3)),
+        (LONG_NAME, b"long\n".to_vec()),
+        ("EFI/BOOT/BOOTX64.EFI", patterned(700, 5)),
+        ("MixedCase/ReadMe.TXT", b"hello\n".to_vec()),
+        ("empty", Vec::new()),
+    ]
+}
+
+fn as_refs<'a>(files: &'a [(&'static str, Vec<u8>)]) -> Vec<(&'static str, &'a [u8])> {
+    files.iter().map(|(p, c)| (*p, c.as_slice())).collect()
+}
+
+/// Builds an image from `files` and returns its bytes.
+fn image(tool: Tool, args: &[&str], files: &[(&'static str, Vec<u8>)]) -> Vec<u8> {
+    let work = TempDir::new().unwrap();
+    let path = build_iso(tool, args, &as_refs(files), work.path(), "disc");
+    fs::read(path).unwrap()
+}
+
+/// The Kubernetes-like tree built by xorriso with Rock Ridge and Joliet, built once.
+fn standard() -> &'static [u8] {
+    static IMG: OnceLock<Vec<u8>> = OnceLock::new();
+    IMG.get_or_init(|| {
+        image(
+            Tool::Xorriso,
+            &["-R", "-J", "-V", "K8S_1_28_4"],
+            &k8s_tree(),
+        )
+    })
+}
+
+fn open(img: &[u8]) -> Result<IsoImage<Cursor<&[u8]>>, IsoError> {
+    IsoImage::open(Cursor::new(img))
+}
+
+fn read_all<R: Read + std::io::Seek>(iso: &mut IsoImage<R>, file: &IsoFile) -> Vec<u8> {
+    let mut out = Vec::new();
+    iso.open_file(file).unwrap().read_to_end(&mut out).unwrap();
+    out
+}
+
+/// Opens `img`, finds the tarball and checks its bytes; returns the file for more checks.
+fn assert_tarball_intact(img: &[u8]) -> IsoFile {
+    let mut iso = open(img).unwrap();
+    let file = iso.find(TARBALL).unwrap().expect("tarball found");
+    assert_eq!(file.size, tarball().len() as u64);
+    assert!(read_all(&mut iso, &file) == tarball(), "content differs");
+    file
+}
+
+fn corrupt_message(result: Result<impl std::fmt::Debug, IsoError>) -> String {
+    match result {
+        Err(e @ IsoError::Corrupt(_)) => e.to_string(),
+        other => panic!("expected a Corrupt error, got {other:?}"),
+    }
+}
+
+/// Opens a damaged image and runs every operation; returns the first error, if any. The
+/// point is that it returns at all, without panicking.
+fn exercise(img: &[u8]) -> Result<(), IsoError> {
+    let mut iso = open(img)?;
+    let _ = iso.volume_label();
+    iso.list_root()?;
+    if let Some(file) = iso.find(TARBALL)? {
+        let mut out = Vec::new();
+        iso.open_file(&file)?.read_to_end(&mut out)?;
+    }
+    Ok(())
+}
+
+// ---- good discs ----
+
+#[test]
+fn xorriso_rock_ridge_joliet_disc_yields_the_exact_tarball() {
+    let img = standard();
+    let file = assert_tarball_intact(img);
+    assert_eq!(file.naming, Naming::RockRidge);
+    assert_eq!(file.path, TARBALL);
+    let iso = open(img).unwrap();
+    assert!(iso.has_rock_ridge() && iso.has_joliet());
+    assert_eq!(iso.volume_label(), "K8S_1_28_4");
+    assert_eq!(iso.image_size(), img.len() as u64);
+}
+
+#[test]
+fn genisoimage_rock_ridge_joliet_disc_yields_the_exact_tarball() {
+    let img = image(
+        Tool::Genisoimage,
+        &["-R", "-J", "-V", "K8S_1_28_4"],
+        &k8s_tree(),
+    );
+    let file = assert_tarball_intact(&img);
+    assert_eq!(file.naming, Naming::RockRidge);
+    assert_eq!(open(&img).unwrap().volume_label(), "K8S_1_28_4");
+}
+
+#[test]
+fn rock_ridge_only_disc_is_read_through_rock_ridge_names() {
+    for tool in [Tool::Xorriso, Tool::Genisoimage] {
+        let img = image(tool, &["-R", "-V", "RR_ONLY"], &k8s_tree());
+        let iso = open(&img).unwrap();
+        assert!(iso.has_rock_ridge() && !iso.has_joliet(), "{tool:?}");
+        assert_eq!(assert_tarball_intact(&img).naming, Naming::RockRidge);
+    }
+}
+
+#[test]
+fn joliet_only_disc_is_read_through_the_joliet_tree() {
+    // xorriso writes Rock Ridge unless told --norock.
+    let cases: [(Tool, &[&str]); 2] = [
+        (Tool::Xorriso, &["--norock", "-J", "-V", "JOLIET_ONLY"]),
+        (Tool::Genisoimage, &["-J", "-V", "JOLIET_ONLY"]),
+    ];
+    for (tool, args) in cases {
+        let img = image(tool, args, &k8s_tree());
+        let mut iso = open(&img).unwrap();
+        assert!(
+            !iso.has_rock_ridge(),
+            "{tool:?}: no Rock Ridge was asked for"
+        );
+        assert!(iso.has_joliet());
+        let file = assert_tarball_intact(&img);
+        assert_eq!(file.naming, Naming::Joliet, "{tool:?}");
+        let root = iso.list_root().unwrap();
+        assert!(
+            root.contains(&"MixedCase".to_string()),
+            "{tool:?}: {root:?}"
+        );
+    }
+}
+
+#[test]
+fn plain_iso9660_disc_with_relaxed_names_is_found_ignoring_case() {
+    // No Rock Ridge, no Joliet: the identifiers are upper case with a ";1" version.
+    let args = ["-l", "-allow-multidot", "-relaxed-filenames", "-V", "PLAIN"];
+    let img = image(Tool::Genisoimage, &args, &k8s_tree());
+    let iso = open(&img).unwrap();
+    assert!(!iso.has_rock_ridge() && !iso.has_joliet());
+    let file = assert_tarball_intact(&img);
+    assert_eq!(file.naming, Naming::Iso9660);
+    assert_eq!(file.path, "ETCD/ETCD-LINUX-AMD64.TAR.GZ");
+}
+
+#[test]
+fn plain_iso9660_disc_with_8_3_names_does_not_have_the_tarball() {
+    // Default mkisofs naming turns the tarball into ETCD_LIN.TGZ: the path is gone, which
+    // is the documented behaviour (the operator must build with -R or -J).
+    let img = image(Tool::Genisoimage, &["-V", "PLAIN"], &k8s_tree());
+    let mut iso = open(&img).unwrap();
+    assert_eq!(iso.find(TARBALL).unwrap(), None);
+    let root = iso.list_root().unwrap();
+    assert!(root.contains(&"ETCD".to_string()), "{root:?}");
+}
+
+#[test]
+fn disc_without_etcd_has_no_tarball_and_lists_its_top_level() {
+    let files = vec![
+        ("EFI/BOOT/BOOTX64.EFI", patterned(100, 1)),
+        ("k8s/1.28/kubeadm", patterned(100, 2)),
+        ("docker/images.tar", patterned(100, 4)),
+    ];
+    for tool in [Tool::Xorriso, Tool::Genisoimage] {
+        let img = image(tool, &["-R", "-J", "-V", "K8S_1_28_4"], &files);
+        let mut iso = open(&img).unwrap();
+        assert_eq!(iso.find(TARBALL).unwrap(), None, "{tool:?}");
+        let mut root = iso.list_root().unwrap();
+        root.sort();
+        assert_eq!(root, ["EFI", "docker", "k8s"], "{tool:?}");
+    }
+}
+
+#[test]
+fn arm64_tarball_is_not_taken_for_the_amd64_one() {
+    let files = vec![("etcd/etcd-linux-arm64.tar.gz", patterned(10_000, 9))];
+    let img = image(Tool::Xorriso, &["-R", "-J"], &files);
+    let mut iso = open(&img).unwrap();
+    assert_eq!(iso.find(TARBALL).unwrap(), None);
+    assert!(iso.find("etcd/etcd-linux-arm64.tar.gz").unwrap().is_some());
+}
+
+#[test]
+fn a_directory_is_not_found_as_a_file_and_a_file_is_not_a_directory() {
+    let mut iso = open(standard()).unwrap();
+    assert_eq!(iso.find("etcd").unwrap(), None);
+    assert_eq!(iso.find("empty/etcd-linux-amd64.tar.gz").unwrap(), None);
+    assert_eq!(iso.find("").unwrap(), None);
+}
+
+#[test]
+fn tiny_and_empty_files_read_back_exactly() {
+    let files = vec![(TARBALL, b"\x1f\x8b tiny".to_vec()), ("empty", Vec::new())];
+    let img = image(Tool::Xorriso, &["-R", "-J"], &files);
+    let mut iso = open(&img).unwrap();
+    let tiny = iso.find(TARBALL).unwrap().unwrap();
+    assert_eq!(read_all(&mut iso, &tiny), b"\x1f\x8b tiny");
+    let empty = iso.find("empty").unwrap().unwrap();
+    assert_eq!(empty.size, 0);
+    assert!(read_all(&mut iso, &empty).is_empty());
+}
+
+#[test]
+fn file_reads_the_same_in_odd_sized_chunks() {
+    let mut iso = open(standard()).unwrap();
+    let file = iso.find(TARBALL).unwrap().unwrap();
+    let mut reader = iso.open_file(&file).unwrap();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 4099];
+    for step in [1usize, 7, 2047, 2048, 2049, 4099].iter().cycle() {
+        let n = reader.read(&mut buf[..*step]).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    assert!(out == tarball());
+}
+
+#[test]
+fn long_and_mixed_case_rock_ridge_names_match_exactly_then_ignoring_case() {
+    let mut iso = open(standard()).unwrap();
+    let long = iso.find(LONG_NAME).unwrap().unwrap();
+    assert_eq!(
+        (long.path.as_str(), long.naming),
+        (LONG_NAME, Naming::RockRidge)
+    );
+    assert_eq!(read_all(&mut iso, &long), b"long\n");
+    let readme = iso.find("MixedCase/ReadMe.TXT").unwrap().unwrap();
+    assert_eq!(readme.path, "MixedCase/ReadMe.TXT");
+    // The fallback ignores ASCII case and reports the name as recorded.
+    let other_case = iso.find("mixedcase/README.txt").unwrap().unwrap();
+    assert_eq!(other_case.path, "MixedCase/ReadMe.TXT");
+}
+
+#[test]
+fn files_deep_in_the_tree_are_found_with_every_tool_and_name_space() {
+    const DEEP: &str = "k8s/1.28/a/b/c/d/e/f/g/h/i/j/deep-file.txt";
+    let files = vec![(DEEP, b"deep\n".to_vec()), (TARBALL, b"t".to_vec())];
+    let cases: [(Tool, &[&str]); 4] = [
+        (Tool::Xorriso, &["-R", "-J"]),
+        (Tool::Genisoimage, &["-R", "-J"]),
+        // genisoimage relocates directories deeper than 8 levels into rr_moved and leaves
+        // a Rock Ridge child link (CL) in their place.
+        (Tool::Genisoimage, &["-R"]),
+        (Tool::Xorriso, &["--norock", "-J"]),
+    ];
+    for (tool, args) in cases {
+        let img = image(tool, args, &files);
+        let mut iso = open(&img).unwrap();
+        let file = iso.find(DEEP).unwrap();
+        let file = file.unwrap_or_else(|| panic!("{tool:?} {args:?}: deep file not found"));
+        assert_eq!(read_all(&mut iso, &file), b"deep\n", "{tool:?} {args:?}");
+        if args == ["-R"] {
+            assert_eq!(file.naming, Naming::RockRidge);
+            // The relocated directory is not listed a second time.
+            let moved = iso.find("rr_moved/j/deep-file.txt").unwrap();
+            assert_eq!(moved, None, "relocated directory shown in rr_moved");
+        }
+    }
+}
+
+#[test]
+fn volume_labels_read_back_as_written() {
+    for label in ["K8S_1_28_4", "CKS-k8s-v1.28.4", "config-2", "CIDATA"] {
+        for tool in [Tool::Xorriso, Tool::Genisoimage] {
+            let img = image(tool, &["-R", "-J", "-V", label], &[("x", vec![1])]);
+            assert_eq!(open(&img).unwrap().volume_label(), label, "{tool:?}");
+        }
+    }
+}
+
+#[test]
+fn is_iso9660_tells_discs_from_other_files() {
+    assert!(is_iso9660(&mut Cursor::new(standard())).unwrap());
+    assert!(!is_iso9660(&mut Cursor::new(tarball())).unwrap());
+    assert!(!is_iso9660(&mut Cursor::new(&[0u8; 100][..])).unwrap());
+    assert!(!is_iso9660(&mut Cursor::new(Vec::new())).unwrap());
+}
+
+#[test]
+fn image_file_on_disk_is_read_through_a_file_handle() {
+    let work = TempDir::new().unwrap();
+    let path = work.path().join("disc.iso");
+    fs::write(&path, standard()).unwrap();
+    let mut iso = IsoImage::open(fs::File::open(&path).unwrap()).unwrap();
+    let file = iso.find(TARBALL).unwrap().unwrap();
+    let mut out = Vec::new();
+    iso.open_file(&file).unwrap().read_to_end(&mut out).unwrap();
+    assert!(out == tarball());
+}
+
+// ---- damaged discs ----
+
+#[test]
+fn disc_truncated_inside_the_tarball_is_corrupt_and_says_truncated() {
+    let img = standard();
+    let file = assert_tarball_intact(img);
+    let cut = file.first_sector().unwrap() as usize * iso::SECTOR + tarball().len() / 2;
+    let mut iso = open(&img[..cut]).unwrap();
+    let msg = corrupt_message(iso.find(TARBALL));
+    assert!(msg.contains("etcd/etcd-linux-amd64.tar.gz"), "{msg}");
+    assert!(msg.contains("truncated"), "{msg}");
+}
+
+#[test]
+fn disc_truncated_before_the_root_directory_is_corrupt() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let msg = corrupt_message(open(&img[..root.lba as usize * iso::SECTOR]).map(|_| ()));
+    assert!(msg.contains("root directory"), "{msg}");
+    assert!(msg.contains("past the end of the image"), "{msg}");
+}
+
+#[test]
+fn disc_truncated_at_every_sector_never_panics() {
+    let img = standard();
+    // Every sector up to the end of the directories, then a few inside the data.
+    let root = iso::pvd_root(img).lba as usize;
+    let cuts = (0..root + 40).chain([root + 100, root + 1000, img.len() / iso::SECTOR - 1]);
+    for sector in cuts {
+        let cut = (sector * iso::SECTOR).min(img.len());
+        let _ = exercise(&img[..cut]);
+        let _ = exercise(&img[..cut.saturating_sub(1)]);
+    }
+}
+
+#[test]
+fn garbage_and_zeros_are_not_iso9660() {
+    let garbage = patterned(1 << 20, 99);
+    assert!(matches!(open(&garbage), Err(IsoError::NotIso9660)));
+    let zeros = vec![0u8; 1 << 20];
+    assert!(matches!(open(&zeros), Err(IsoError::NotIso9660)));
+    assert!(matches!(open(&[]), Err(IsoError::NotIso9660)));
+    let msg = IsoError::NotIso9660.to_string();
+    assert!(msg.contains("CD001") && msg.contains("sector 16"), "{msg}");
+}
+
+#[test]
+fn garbage_after_the_volume_descriptors_is_an_error_not_a_panic() {
+    let mut img = standard().to_vec();
+    let start = 18 * iso::SECTOR;
+    let noise = patterned(img.len() - start, 1234);
+    img[start..].copy_from_slice(&noise);
+    assert!(exercise(&img).is_err());
+}
+
+#[test]
+fn missing_terminator_is_corrupt() {
+    let mut img = standard().to_vec();
+    // Turn every descriptor after the primary one into a boot record, so the set runs
+    // into sectors that are not descriptors.
+    let mut sector = 17;
+    while &img[sector * iso::SECTOR + 1..sector * iso::SECTOR + 6] == b"CD001" {
+        img[sector * iso::SECTOR] = 0;
+        sector += 1;
+    }
+    let msg = corrupt_message(open(&img).map(|_| ()));
+    assert!(msg.contains("CD001") || msg.contains("terminator"), "{msg}");
+}
+
+#[test]
+fn logical_block_size_other_than_2048_is_unsupported() {
+    let mut img = standard().to_vec();
+    iso::put_both16(&mut img, 16 * iso::SECTOR + 128, 4096);
+    match open(&img) {
+        Err(e @ IsoError::Unsupported(_)) => assert!(e.to_string().contains("4096"), "{e}"),
+        other => panic!("expected Unsupported, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn root_directory_at_a_huge_sector_is_corrupt() {
+    let mut img = standard().to_vec();
+    iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, 0xFFFF_FFF0);
+    let msg = corrupt_message(open(&img).map(|_| ()));
+    assert!(msg.contains("sector 4294967280"), "{msg}");
+}
+
+#[test]
+fn root_directory_pointing_at_the_volume_descriptors_is_corrupt() {
+    let mut img = standard().to_vec();
+    iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, 16);
+    assert!(matches!(open(&img), Err(IsoError::Corrupt(_))));
+}
+
+#[test]
+fn root_directory_of_four_gib_is_refused_without_reading_it() {
+    let mut img = standard().to_vec();
+    iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 10, u32::MAX);
+    let mut iso = open(&img).unwrap();
+    let msg = corrupt_message(iso.find(TARBALL));
+    assert!(msg.contains("MiB of directory data"), "{msg}");
+    assert!(matches!(iso.list_root(), Err(IsoError::Corrupt(_))));
+}
+
+#[test]
+fn directory_pointing_at_its_parent_or_itself_does_not_loop() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    for target in [root.lba, etcd.lba] {
+        let mut img = img.to_vec();
+        iso::put_both32(&mut img, etcd.off + 2, target);
+        let mut iso = open(&img).unwrap();
+        // Whatever the answer, it comes back: a lookup descends once per component.
+        let _ = iso.find(TARBALL).unwrap();
+        let looping = ["etcd"; 32].join("/");
+        assert!(iso.find(&looping).is_ok());
+        let too_deep = ["etcd"; 33].join("/");
+        assert!(matches!(iso.find(&too_deep), Err(IsoError::Unsupported(_))));
+    }
+}
+
+#[test]
+fn tarball_extent_outside_the_image_is_corrupt() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    let tar = iso::child(img, &etcd, "ETCD_LIN");
+    for lba in [u32::MAX, (img.len() / iso::SECTOR) as u32 - 2] {
+        let mut img = img.to_vec();
+        iso::put_both32(&mut img, tar.off + 2, lba);
+        let mut iso = open(&img).unwrap();
+        let msg = corrupt_message(iso.find(TARBALL));
+        assert!(msg.contains("extends past the end of the image"), "{msg}");
+    }
+}
+
+#[test]
+fn interleaved_tarball_is_unsupported() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    let tar = iso::child(img, &etcd, "ETCD_LIN");
+    let mut img = img.to_vec();
+    img[tar.off + 26] = 1; // file unit size
+    img[tar.off + 27] = 1; // interleave gap size
+    let mut iso = open(&img).unwrap();
+    match iso.find(TARBALL) {
+        Err(e @ IsoError::Unsupported(_)) => assert!(e.to_string().contains("interleaved")),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn record_whose_name_overruns_it_is_corrupt_with_its_location() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    let mut img = img.to_vec();
+    img[etcd.off + 32] = 250; // identifier length beyond the record
+    let mut iso = open(&img).unwrap();
+    let msg = corrupt_message(iso.find(TARBALL));
+    let sector = etcd.off / iso::SECTOR;
+    let offset = etcd.off % iso::SECTOR;
+    assert!(
+        msg.contains(&format!("sector {sector}, offset {offset}")),
+        "{msg}"
+    );
+    assert!(msg.contains("overruns"), "{msg}");
+}
+
+#[test]
+fn record_length_shorter_than_a_record_is_corrupt() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    for len in [1u8, 20, 33] {
+        let mut img = img.to_vec();
+        img[etcd.off] = len;
+        assert!(exercise(&img).is_err(), "record length {len}");
+    }
+}
+
+#[test]
+fn rock_ridge_continuation_loop_is_corrupt_not_a_hang() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    let (px, px_len) = iso::susp_entry(img, &etcd, b"PX").expect("xorriso writes PX");
+    let mut img = img.to_vec();
+    // Replace the PX entry with a CE to sector 1 (system area, unused), padded with an
+    // unknown entry, and make sector 1 hold a CE that points at itself.
+    img[px..px + 28].copy_from_slice(&iso::ce_entry(1, 0, 28));
+    let mut filler = vec![0u8; px_len - 28];
+    filler[..4].copy_from_slice(&[b'Z', b'Z', (px_len - 28) as u8, 1]);
+    img[px + 28..px + px_len].copy_from_slice(&filler);
+    img[iso::SECTOR..iso::SECTOR + 28].copy_from_slice(&iso::ce_entry(1, 0, 28));
+    let mut iso = open(&img).unwrap();
+    let msg = corrupt_message(iso.find(TARBALL));
+    assert!(msg.contains("more than 32 SUSP continuation areas"), "{msg}");
+}
+
+#[test]
+fn rock_ridge_continuation_outside_the_image_or_oversized_is_corrupt() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    let (px, _) = iso::susp_entry(img, &etcd, b"PX").unwrap();
+    for ce in [
+        iso::ce_entry(u32::MAX, 0, 28),
+        iso::ce_entry(1, 0, u32::MAX),
+    ] {
+        let mut img = img.to_vec();
+        img[px..px + 28].copy_from_slice(&ce);
+        // The rest of the old PX entry becomes an entry of length 0: the area ends there.
+        img[px + 28..px + 32].fill(0);
+        let mut iso = open(&img).unwrap();
+        assert!(matches!(iso.find(TARBALL), Err(IsoError::Corrupt(_))));
+    }
+}
+
+#[test]
+fn susp_entry_overrunning_its_area_is_corrupt() {
+    let img = standard();
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    let (nm, _) = iso::susp_entry(img, &etcd, b"NM").expect("xorriso writes NM");
+    let mut img = img.to_vec();
+    img[nm + 2] = 255;
+    let msg = corrupt_message(open(&img).unwrap().find(TARBALL));
+    assert!(msg.contains("SUSP entry NM"), "{msg}");
+}
