@@ -5,6 +5,8 @@
 //! arguments and maps outcomes to exit codes and reasons.
 #![deny(missing_docs)]
 
+pub mod archive;
+pub mod elf;
 pub mod iso9660;
 pub mod reason;
 
