@@ -1,41 +1,38 @@
-//! Times the archive pass on one tarball, for `tests/inputs/bench-extract`.
+//! One validate+extract pass over a tarball, for `tests/inputs/bench-extract` to time from
+//! outside like `tar -xzf`.
 //!
-//! Usage: `bench_extract TARBALL STAGING_PARENT RUNS`. Prints the best wall time of RUNS
-//! validate+extract passes, then the time `fsync_tree` takes on one extracted tree.
+//! Usage: `bench_extract TARBALL STAGING_PARENT [--fsync]`. Keeps the staging folder (the
+//! script removes it outside the timing, as it does tar's output) and prints `key=value`
+//! lines: the staging folder, this process's peak RSS, and with `--fsync` the time
+//! `fsync_tree` then takes, which the installer pays before its rename.
 
+use anyhow::Context;
 use etcd_setup::archive::{extract, fsync_tree, Policy};
 use std::fs::File;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let [_, tarball, parent, runs] = args.as_slice() else {
-        anyhow::bail!("usage: bench_extract TARBALL STAGING_PARENT RUNS");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (tarball, parent, fsync) = match args.as_slice() {
+        [t, p] => (t, p, false),
+        [t, p, f] if f == "--fsync" => (t, p, true),
+        _ => anyhow::bail!("usage: bench_extract TARBALL STAGING_PARENT [--fsync]"),
     };
-    let runs: u32 = runs.parse()?;
-    let policy = Policy::default();
-    let mut best = Duration::MAX;
-    let mut fsync = Duration::ZERO;
-    for run in 0..runs {
-        let input = File::open(tarball)?;
+    let input = File::open(tarball).with_context(|| format!("cannot open {tarball}"))?;
+    let extracted = extract(input, tarball, Path::new(parent), &Policy::default())?;
+    if fsync {
         let start = Instant::now();
-        let extracted = extract(input, tarball, Path::new(parent), &policy)?;
-        best = best.min(start.elapsed());
-        if run == 0 {
-            println!(
-                "extracted {} ({} entries, {} bytes, sha256 {})",
-                extracted.top,
-                extracted.entries,
-                extracted.unpacked_bytes,
-                extracted.sha256_hex()
-            );
-            let start = Instant::now();
-            fsync_tree(extracted.staging.path())?;
-            fsync = start.elapsed();
-        }
+        fsync_tree(extracted.staging.path())?;
+        println!("fsync_s={:.3}", start.elapsed().as_secs_f64());
     }
-    println!("ours_best_s={:.3}", best.as_secs_f64());
-    println!("fsync_tree_s={:.3}", fsync.as_secs_f64());
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let peak = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .context("no VmHWM in /proc/self/status")?;
+    println!("peak_rss_kib={}", peak.trim().trim_end_matches(" kB"));
+    println!("sha256={}", extracted.sha256_hex());
+    println!("staging={}", extracted.staging.into_path().display());
     Ok(())
 }
