@@ -1,0 +1,3 @@
+//! Shared test support: the VM bed and the test inputs.
+pub mod inputs;
+pub mod vm;

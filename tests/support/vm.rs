@@ -1,0 +1,610 @@
+//! The VM test bed: boots the etcd node image under qemu the way the cloud platform
+//! does (direct kernel boot, virtio disk, IDE CD-ROMs, a NoCloud seed), and lets tests
+//! drive it over SSH and QMP.
+//!
+//! - Each VM gets its own copy-on-write overlay, work folder, SSH port and QMP socket.
+//! - KVM is used when a quick probe shows it really runs a guest, TCG otherwise.
+//! - User-mode networking with `restrict=on`: the guest reaches nothing but what is
+//!   forwarded to it; SSH is forwarded from a loopback port only.
+//! - Every wait is bounded. The VM is killed by its own PID when the `Vm` drops, also
+//!   when a test panics; the serial console is kept under `target/vm-logs/` and its tail
+//!   is printed when the test failed.
+#![allow(dead_code)] // each test binary uses its own part of the bed
+
+use serde_json::{json, Value};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where VM work folders and kept console logs go.
+fn logs_root() -> PathBuf {
+    let dir = repo().join("target/vm-logs");
+    fs::create_dir_all(&dir).expect("create target/vm-logs");
+    dir
+}
+
+/// Prints a measured figure and appends it to `$ETCD_SETUP_REPORT` for the CI summary.
+pub fn report(line: &str) {
+    println!("[vm] {line}");
+    if let Ok(path) = std::env::var("ETCD_SETUP_REPORT") {
+        if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// The node image built by `vm-images/build`.
+pub struct Image {
+    /// Folder holding node.qcow2, vmlinuz, initrd.img.
+    pub dir: PathBuf,
+}
+
+impl Image {
+    /// The image named by `ETCD_SETUP_VM_IMAGE` (set by `tests/run`).
+    pub fn from_env() -> Image {
+        let dir = std::env::var_os("ETCD_SETUP_VM_IMAGE")
+            .map(PathBuf::from)
+            .expect(
+                "ETCD_SETUP_VM_IMAGE is not set: run the VM tests through tests/run, \
+             or set it to the folder vm-images/build prints",
+            );
+        for f in ["node.qcow2", "vmlinuz", "initrd.img"] {
+            assert!(
+                dir.join(f).is_file(),
+                "{} has no {f}: rebuild with vm-images/build",
+                dir.display()
+            );
+        }
+        Image { dir }
+    }
+
+    /// A value from the image's build-info file (written by vm-images/build).
+    pub fn build_info(&self, key: &str) -> String {
+        let path = self.dir.join("build-info");
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{} has no {key}", path.display()))
+            .to_string()
+    }
+}
+
+/// How qemu runs the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accel {
+    /// Hardware virtualisation, where it really runs a guest.
+    Kvm,
+    /// Software emulation.
+    Tcg,
+}
+
+impl Accel {
+    fn args(self) -> Vec<&'static str> {
+        match self {
+            Accel::Kvm => vec!["-accel", "kvm", "-cpu", "host"],
+            Accel::Tcg => vec!["-accel", "tcg,thread=multi,tb-size=512", "-cpu", "max"],
+        }
+    }
+}
+
+/// KVM or TCG, decided once per test process by trying KVM (or forced by
+/// `ETCD_SETUP_ACCEL=kvm|tcg`).
+pub fn accel(image: &Image) -> Accel {
+    static ACCEL: OnceLock<Accel> = OnceLock::new();
+    *ACCEL.get_or_init(|| {
+        let accel = match std::env::var("ETCD_SETUP_ACCEL").as_deref() {
+            Ok("kvm") => Accel::Kvm,
+            Ok("tcg") => Accel::Tcg,
+            _ => probe_kvm(image),
+        };
+        report(&format!("accelerator: {accel:?}"));
+        accel
+    })
+}
+
+/// Boots the image's kernel under KVM with no init, so it panics at once; a KVM that
+/// really runs guests gets there in about a second. Aborts and stalls mean TCG.
+fn probe_kvm(image: &Image) -> Accel {
+    if !Path::new("/dev/kvm").exists() {
+        report("kvm probe: no /dev/kvm");
+        return Accel::Tcg;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("kvm-probe.log");
+    let started = Instant::now();
+    let child = Command::new("qemu-system-x86_64")
+        .args([
+            "-machine", "pc", "-accel", "kvm", "-cpu", "host", "-m", "256",
+        ])
+        .args(["-nodefaults", "-display", "none", "-no-reboot"])
+        .arg("-kernel")
+        .arg(image.dir.join("vmlinuz"))
+        .args(["-append", "console=ttyS0 panic=-1 rdinit=/nonexistent"])
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            report(&format!("kvm probe: cannot start qemu-system-x86_64: {e}"));
+            return Accel::Tcg;
+        }
+    };
+    let deadline = Duration::from_secs(6);
+    let exited = wait_child(&mut child, deadline);
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let console = fs::read_to_string(&log).unwrap_or_default();
+    let ok = exited.is_some() && console.contains("Kernel panic");
+    report(&format!(
+        "kvm probe: {} after {:.1} s",
+        if ok {
+            "ran a guest"
+        } else {
+            "did not run a guest"
+        },
+        started.elapsed().as_secs_f64()
+    ));
+    if ok {
+        Accel::Kvm
+    } else {
+        Accel::Tcg
+    }
+}
+
+/// Waits for a child to exit, at most `limit`; polls every 50 ms (std has no timed wait).
+fn wait_child(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The SSH key pair of this test process, generated once per run.
+pub struct SshKey {
+    /// Private key file.
+    pub private: PathBuf,
+    /// Public key line.
+    pub public: String,
+}
+
+/// This process's SSH key (made with ssh-keygen on first use).
+pub fn ssh_key() -> &'static SshKey {
+    static KEY: OnceLock<SshKey> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let dir = logs_root().join(format!("key-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("key dir");
+        let private = dir.join("id_ed25519");
+        let _ = fs::remove_file(&private);
+        let out = Command::new("ssh-keygen")
+            .args([
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "etcd-setup-tests",
+                "-f",
+            ])
+            .arg(&private)
+            .output()
+            .expect("run ssh-keygen");
+        assert!(
+            out.status.success(),
+            "ssh-keygen: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let public = fs::read_to_string(dir.join("id_ed25519.pub")).expect("public key");
+        SshKey {
+            private,
+            public: public.trim().to_string(),
+        }
+    })
+}
+
+/// Builds a NoCloud seed ISO (label CIDATA) the way the management server's config
+/// drive carries it: creates the `cloud` user with this run's SSH key, plus `extra`
+/// cloud-config (YAML lines appended to user-data).
+pub fn seed_iso(dir: &Path, hostname: &str, extra: &str) -> PathBuf {
+    let src = dir.join("seed");
+    fs::create_dir_all(&src).expect("seed dir");
+    fs::write(
+        src.join("meta-data"),
+        format!(
+            "instance-id: {hostname}-{}\nlocal-hostname: {hostname}\n",
+            std::process::id()
+        ),
+    )
+    .expect("meta-data");
+    let user_data = format!(
+        "#cloud-config\n\
+         users:\n\
+         \x20 - name: cloud\n\
+         \x20   shell: /bin/bash\n\
+         \x20   sudo: ALL=(ALL) NOPASSWD:ALL\n\
+         \x20   lock_passwd: true\n\
+         \x20   ssh_authorized_keys:\n\
+         \x20     - {}\n{extra}",
+        ssh_key().public
+    );
+    fs::write(src.join("user-data"), user_data).expect("user-data");
+    let iso = dir.join("seed.iso");
+    let out = Command::new("xorriso")
+        .args(["-as", "mkisofs", "-quiet", "-R", "-J", "-V", "CIDATA", "-o"])
+        .arg(&iso)
+        .arg(&src)
+        .output()
+        .expect("run xorriso (install it with vm-images/host-setup)");
+    assert!(
+        out.status.success(),
+        "xorriso: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    iso
+}
+
+/// What to boot.
+pub struct VmSpec {
+    /// Names the work folder and the guest's hostname.
+    pub name: String,
+    /// An ISO in the Kubernetes CD-ROM drive at boot, or an empty drive.
+    pub cdrom: Option<PathBuf>,
+    /// Extra cloud-config for the seed.
+    pub user_data: String,
+    /// Guest memory in MiB.
+    pub memory_mb: u32,
+    /// Extra qemu arguments (for example a second NIC).
+    pub extra_args: Vec<String>,
+}
+
+impl VmSpec {
+    /// A node with an empty CD-ROM drive and no extra cloud-config.
+    pub fn new(name: &str) -> VmSpec {
+        VmSpec {
+            name: name.to_string(),
+            cdrom: None,
+            user_data: String::new(),
+            memory_mb: 2048,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A running node VM.
+pub struct Vm {
+    /// The VM's name.
+    pub name: String,
+    /// Its work folder (overlay, seed, console log, QMP socket).
+    pub dir: PathBuf,
+    /// The loopback port forwarded to the guest's SSH.
+    pub ssh_port: u16,
+    /// When qemu was started.
+    pub started: Instant,
+    /// How the guest runs.
+    pub accel: Accel,
+    child: Child,
+    qmp: Option<Qmp>,
+}
+
+/// A free TCP port on 127.0.0.1 (released before qemu binds it; a clash makes qemu fail
+/// at start, which `boot` reports).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a loopback port")
+}
+
+impl Vm {
+    /// Boots a node from a fresh overlay of `image`.
+    pub fn boot(image: &Image, spec: VmSpec) -> Vm {
+        let accel = accel(image);
+        let dir = logs_root().join(format!("{}-{}", spec.name, std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("vm dir");
+        let overlay = dir.join("overlay.qcow2");
+        let out = Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
+            .arg(image.dir.join("node.qcow2"))
+            .arg(&overlay)
+            .output()
+            .expect("run qemu-img");
+        assert!(
+            out.status.success(),
+            "qemu-img: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seed = seed_iso(&dir, &spec.name, &spec.user_data);
+        let ssh_port = free_port();
+        let cdrom = match &spec.cdrom {
+            Some(iso) => format!(
+                "if=none,id=cd0,media=cdrom,format=raw,readonly=on,file={}",
+                iso.display()
+            ),
+            None => "if=none,id=cd0,media=cdrom".to_string(),
+        };
+        let mut cmd = Command::new("qemu-system-x86_64");
+        cmd.args(["-machine", "pc"])
+            .args(accel.args())
+            .args(["-smp", "2", "-m", &spec.memory_mb.to_string()])
+            .args(["-nodefaults", "-display", "none", "-no-reboot"])
+            .arg("-kernel")
+            .arg(image.dir.join("vmlinuz"))
+            .arg("-initrd")
+            .arg(image.dir.join("initrd.img"))
+            .args(["-append", "root=/dev/vda rw console=ttyS0 mitigations=off"])
+            .arg("-drive")
+            .arg(format!("file={},if=virtio,format=qcow2", overlay.display()))
+            // The Kubernetes ISO drive: IDE, as CloudStack on KVM attaches it.
+            .args(["-drive", &cdrom])
+            .args(["-device", "ide-cd,drive=cd0,id=cdrom0,bus=ide.1,unit=0"])
+            // The config drive (NoCloud seed), also an IDE CD-ROM.
+            .arg("-drive")
+            .arg(format!(
+                "if=none,id=seed,media=cdrom,format=raw,readonly=on,file={}",
+                seed.display()
+            ))
+            .args(["-device", "ide-cd,drive=seed,id=cdrom1,bus=ide.1,unit=1"])
+            .arg("-netdev")
+            .arg(format!(
+                "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"
+            ))
+            .args(["-device", "virtio-net-pci,netdev=n0"])
+            .arg("-serial")
+            .arg(format!("file:{}", dir.join("console.log").display()))
+            .arg("-qmp")
+            .arg(format!(
+                "unix:{},server=on,wait=off",
+                dir.join("qmp.sock").display()
+            ))
+            .arg("-pidfile")
+            .arg(dir.join("qemu.pid"))
+            .args(&spec.extra_args)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(dir.join("qemu.out")).expect("qemu.out"))
+            .stderr(fs::File::create(dir.join("qemu.err")).expect("qemu.err"));
+        let started = Instant::now();
+        let child = cmd
+            .spawn()
+            .expect("start qemu-system-x86_64 (install it with vm-images/host-setup)");
+        Vm {
+            name: spec.name,
+            dir,
+            ssh_port,
+            started,
+            accel,
+            child,
+            qmp: None,
+        }
+    }
+
+    /// Fails the test if qemu has exited, with its stderr.
+    fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let err = fs::read_to_string(self.dir.join("qemu.err")).unwrap_or_default();
+            panic!("{}: qemu exited ({status}): {err}", self.name);
+        }
+    }
+
+    fn ssh_command(&self, limit: Duration, remote: &str) -> Command {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["--kill-after=5", &format!("{}", limit.as_secs().max(1))])
+            .arg("ssh")
+            .args(["-q", "-i"])
+            .arg(&ssh_key().private)
+            .args(["-p", &self.ssh_port.to_string()])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+            ])
+            .args([
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=5",
+                "-o",
+                "LogLevel=ERROR",
+            ])
+            .args(["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"])
+            .arg("cloud@127.0.0.1")
+            .arg(remote)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Waits until `cloud` can log in over SSH; returns the time since qemu started.
+    pub fn wait_ssh(&mut self, limit: Duration) -> Duration {
+        let deadline = self.started + limit;
+        loop {
+            self.assert_running();
+            let ok = self
+                .ssh_command(Duration::from_secs(10), "true")
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false);
+            if ok {
+                return self.started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: no SSH login within {} s",
+                self.name,
+                limit.as_secs()
+            );
+            // No event from the guest to await before sshd answers: retry soon.
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Runs a command as `cloud` in the guest, at most `limit`.
+    pub fn ssh_timeout(&self, limit: Duration, remote: &str) -> Output {
+        self.ssh_command(limit, remote).output().expect("run ssh")
+    }
+
+    /// Runs a command as `cloud` in the guest (at most 120 s).
+    pub fn ssh(&self, remote: &str) -> Output {
+        self.ssh_timeout(Duration::from_secs(120), remote)
+    }
+
+    /// Runs a command that must succeed; returns its stdout.
+    pub fn ssh_ok(&self, remote: &str) -> String {
+        let out = self.ssh(remote);
+        assert!(
+            out.status.success(),
+            "{}: `{remote}` failed ({}):\nstdout: {}\nstderr: {}",
+            self.name,
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The VM's QMP connection (opened on first use).
+    pub fn qmp(&mut self) -> &mut Qmp {
+        if self.qmp.is_none() {
+            self.assert_running();
+            self.qmp = Some(Qmp::connect(
+                &self.dir.join("qmp.sock"),
+                Duration::from_secs(10),
+            ));
+        }
+        self.qmp.as_mut().expect("qmp connected")
+    }
+
+    /// Inserts an ISO into the Kubernetes CD-ROM drive, as the platform attaches one.
+    pub fn insert_cdrom(&mut self, iso: &Path) {
+        let iso = iso.to_str().expect("utf-8 path").to_string();
+        self.qmp()
+            .execute(
+                "blockdev-change-medium",
+                json!({"id": "cdrom0", "filename": iso, "format": "raw", "read-only-mode": "read-only"}),
+            )
+            .unwrap_or_else(|e| panic!("insert {iso}: {e}"));
+    }
+
+    /// Ejects the Kubernetes CD-ROM (forced: the guest may hold the tray locked).
+    pub fn eject_cdrom(&mut self) {
+        self.qmp()
+            .execute("eject", json!({"id": "cdrom0", "force": true}))
+            .unwrap_or_else(|e| panic!("eject: {e}"));
+    }
+
+    /// The serial console so far.
+    pub fn console(&self) -> String {
+        fs::read_to_string(self.dir.join("console.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // Killed by its own PID, whatever state the test left it in.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let console = self.console();
+            let lines: Vec<&str> = console.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(80)..];
+            eprintln!(
+                "---- {} serial console (last {} lines; whole log kept at {}) ----\n{}\n----",
+                self.name,
+                tail.len(),
+                self.dir.join("console.log").display(),
+                tail.join("\n")
+            );
+        } else {
+            // Keep the console log, drop the overlay (hundreds of MB after a run).
+            let _ = fs::remove_file(self.dir.join("overlay.qcow2"));
+        }
+    }
+}
+
+/// A QMP connection to one VM.
+pub struct Qmp {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    /// Events received so far, in order.
+    pub events: Vec<Value>,
+}
+
+impl Qmp {
+    /// Connects (qemu creates the socket at start) and negotiates capabilities.
+    pub fn connect(path: &Path, limit: Duration) -> Qmp {
+        let deadline = Instant::now() + limit;
+        let stream = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("connect QMP {}: {e}", path.display()),
+            }
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let writer = stream.try_clone().expect("clone");
+        let mut qmp = Qmp {
+            reader: BufReader::new(stream),
+            writer,
+            events: Vec::new(),
+        };
+        let greeting = qmp.read_message();
+        assert!(
+            greeting.get("QMP").is_some(),
+            "not a QMP greeting: {greeting}"
+        );
+        qmp.execute("qmp_capabilities", json!({}))
+            .expect("qmp_capabilities");
+        qmp
+    }
+
+    fn read_message(&mut self) -> Value {
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line).expect("read QMP");
+        assert!(n > 0, "QMP closed");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad QMP line {line:?}: {e}"))
+    }
+
+    /// Runs a command; events arriving meanwhile are kept in `events`.
+    pub fn execute(&mut self, command: &str, arguments: Value) -> Result<Value, String> {
+        let msg = json!({"execute": command, "arguments": arguments});
+        writeln!(self.writer, "{msg}").expect("write QMP");
+        loop {
+            let reply = self.read_message();
+            if reply.get("event").is_some() {
+                self.events.push(reply);
+            } else if let Some(ret) = reply.get("return") {
+                return Ok(ret.clone());
+            } else if let Some(err) = reply.get("error") {
+                return Err(err.to_string());
+            }
+        }
+    }
+}
