@@ -86,7 +86,6 @@ const NM_PARENT: u8 = 1 << 2;
 
 /// Why an image could not be read. `Display` names what is wrong and where.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum IsoError {
     /// Reading the image or device failed; the message names the sector.
     Io(io::Error),

@@ -519,7 +519,10 @@ fn rock_ridge_continuation_loop_is_corrupt_not_a_hang() {
     img[iso::SECTOR..iso::SECTOR + 28].copy_from_slice(&iso::ce_entry(1, 0, 28));
     let mut iso = open(&img).unwrap();
     let msg = corrupt_message(iso.find(TARBALL));
-    assert!(msg.contains("more than 32 SUSP continuation areas"), "{msg}");
+    assert!(
+        msg.contains("more than 32 SUSP continuation areas"),
+        "{msg}"
+    );
 }
 
 #[test]
