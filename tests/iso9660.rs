@@ -301,6 +301,17 @@ fn volume_labels_read_back_as_written() {
 }
 
 #[test]
+fn cloudstack_style_disc_without_a_label_has_the_tool_default_label_and_the_tarball() {
+    // CloudStack's create-kubernetes-binaries-iso.sh runs `mkisofs -J -R -l` with no -V.
+    let cases = [(Tool::Genisoimage, "CDROM"), (Tool::Xorriso, "ISOIMAGE")];
+    for (tool, label) in cases {
+        let img = image(tool, &["-J", "-R", "-l"], &k8s_tree());
+        assert_eq!(open(&img).unwrap().volume_label(), label, "{tool:?}");
+        assert_eq!(assert_tarball_intact(&img).naming, Naming::RockRidge);
+    }
+}
+
+#[test]
 fn is_iso9660_tells_discs_from_other_files() {
     assert!(is_iso9660(&mut Cursor::new(standard())).unwrap());
     assert!(!is_iso9660(&mut Cursor::new(tarball())).unwrap());
