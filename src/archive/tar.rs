@@ -9,10 +9,11 @@
 use super::gzip::Gunzip;
 use super::tree::Tree;
 use super::{corrupt, names, too_large, unsafe_entry, Failure, Limits};
+use crate::reason::ReasonCode;
 use std::io::Read;
 
 const BLOCK: usize = 512;
-/// Largest PAX or GNU long-name header accepted: names are at most 4 KiB, and an etcd
+/// Largest PAX or GNU long-name header accepted: names are at most 1 KiB, and an etcd
 /// release carries no other metadata worth more.
 const MAX_META: u64 = 64 * 1024;
 
@@ -216,10 +217,13 @@ fn end_of_archive<R: Read>(gz: &mut Gunzip<'_, R>, archive: &str) -> Result<(), 
             break;
         }
         if let Some(i) = buf.iter().position(|&b| b != 0) {
-            return Err(unsafe_entry(
-                archive,
-                &format!("data at byte {}", at + i as u64),
-                "follows the tar end-of-archive marker; it would be hidden from this check",
+            return Err(Failure::new(
+                ReasonCode::ArchiveUnsafe,
+                format!(
+                    "{archive}: data at byte {} follows the tar end-of-archive marker; \
+                     tar -i would unpack what this check never saw",
+                    at + i as u64
+                ),
             ));
         }
         let n = buf.len();
