@@ -9,6 +9,7 @@ pub mod archive;
 pub mod elf;
 pub mod iso9660;
 pub mod reason;
+pub mod source;
 
 /// The agent's version with the git commit it was built from, e.g. `0.1.0 (3f2a9c1d0e4b)`.
 pub const VERSION: &str = concat!(
