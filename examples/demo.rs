@@ -69,6 +69,8 @@ fn main() {
         indent(&String::from_utf8_lossy(&seen.stdout))
     ));
     show(&vm, "lsblk -o NAME,TYPE,SIZE,FSTYPE,LABEL /dev/sr0");
+    step("validating the etcd release on the disc, in userspace, without mounting");
+    show(&vm, "time sudo etcd-setup check /dev/sr0");
 
     if keep {
         step(&format!(

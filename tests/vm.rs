@@ -90,6 +90,37 @@ fn test_bed_boots_a_node_and_hot_inserts_the_kubernetes_iso() {
         "sr0 does not hold the inserted ISO"
     );
 
+    // The archive pass reads the real CD-ROM device in userspace, without mounting.
+    let checked = Instant::now();
+    let out = vm.ssh("sudo etcd-setup check --format json /dev/sr0");
+    report(&format!(
+        "etcd-setup check /dev/sr0 in the guest (19 MB tarball, via SSH): {:.1} s",
+        checked.elapsed().as_secs_f64()
+    ));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "check /dev/sr0 printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(out.status.code(), Some(0), "check /dev/sr0: {doc}");
+    let r = &doc["results"][0];
+    assert_eq!(
+        (r["label"].as_str(), r["etcd_version"].as_str()),
+        (Some("CDROM"), Some("3.5.1")),
+        "{r}"
+    );
+    let tarball = support::inputs::isos().join("etcd-v3.5.1-linux-amd64.tar.gz");
+    assert_eq!(
+        r["sha256"].as_str(),
+        Some(support::inputs::sha256_file(&tarball).as_str())
+    );
+    assert_eq!(
+        vm.ssh_ok("findmnt -rn -S /dev/sr0 | wc -l").trim(),
+        "0",
+        "check mounted the disc"
+    );
+
     // The baked binary: runs, is the one vm-images/build put in, is static.
     let version = vm.ssh_ok("etcd-setup --version");
     assert!(version.starts_with("etcd-setup 0."), "{version}");
