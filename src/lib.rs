@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod archive;
+pub mod discover;
 pub mod elf;
 pub mod iso9660;
 pub mod reason;
