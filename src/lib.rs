@@ -8,6 +8,7 @@
 pub mod archive;
 pub mod discover;
 pub mod elf;
+pub mod install;
 pub mod iso9660;
 pub mod reason;
 pub mod source;
