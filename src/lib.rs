@@ -12,6 +12,7 @@ pub mod install;
 pub mod iso9660;
 pub mod reason;
 pub mod source;
+pub mod unit;
 
 /// The agent's version with the git commit it was built from, e.g. `0.1.0 (3f2a9c1d0e4b)`.
 pub const VERSION: &str = concat!(
