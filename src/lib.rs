@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod archive;
+pub mod config;
 pub mod discover;
 pub mod elf;
 pub mod install;
