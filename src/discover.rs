@@ -428,6 +428,30 @@ pub fn wait_for_iso(
     ))
 }
 
+/// The CD-ROM ioctls (linux/cdrom.h); CDROMEJECT and CDROM_LOCKDOOR take no pointer,
+/// hence nix's "bad" forms.
+mod cdrom {
+    nix::ioctl_none_bad!(eject, 0x5309);
+    nix::ioctl_write_int_bad!(lockdoor, 0x5329);
+}
+
+/// Unlocks the tray and ejects the disc in `device` (a CD-ROM drive).
+pub fn eject(device: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: open the drive even if the medium is not ready.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(device)?;
+    // SAFETY: both ioctls take an integer argument (or none) on an open CD-ROM fd.
+    unsafe {
+        let _ = cdrom::lockdoor(file.as_raw_fd(), 0);
+        cdrom::eject(file.as_raw_fd())?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

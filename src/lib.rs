@@ -10,6 +10,7 @@ pub mod config;
 pub mod discover;
 pub mod elf;
 pub mod install;
+pub mod health;
 pub mod iso9660;
 pub mod reason;
 pub mod source;

@@ -168,6 +168,54 @@ fn probe_kvm(image: &Image) -> Accel {
     }
 }
 
+/// Starts qemu with `args`, its output kept in `dir`.
+fn spawn_qemu(dir: &Path, args: &[std::ffi::OsString]) -> Child {
+    Command::new("qemu-system-x86_64")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(dir.join("qemu.out")).expect("qemu.out"))
+        .stderr(fs::File::create(dir.join("qemu.err")).expect("qemu.err"))
+        .spawn()
+        .expect("start qemu-system-x86_64 (install it with vm-images/host-setup)")
+}
+
+/// Runs one command as `cloud` over SSH on a loopback port (for a helper thread, which
+/// cannot borrow the `Vm`); returns stdout, whatever the exit status.
+pub fn ssh_once(port: u16, key: &Path, remote: &str) -> String {
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", "300", "ssh", "-q", "-i"])
+        .arg(key)
+        .args(["-p", &port.to_string()])
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "-o",
+            "LogLevel=ERROR",
+        ])
+        .arg("cloud@127.0.0.1")
+        .arg(remote)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ssh");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Seconds since the epoch on the host.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
 /// Waits for a child to exit, at most `limit`; polls every 50 ms (std has no timed wait).
 fn wait_child(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + limit;
@@ -239,6 +287,7 @@ pub fn seed_iso(dir: &Path, hostname: &str, extra: &str) -> PathBuf {
         ),
     )
     .expect("meta-data");
+    let extra = extra.strip_prefix("#cloud-config\n").unwrap_or(extra);
     let user_data = format!(
         "#cloud-config\n\
          users:\n\
@@ -307,6 +356,7 @@ pub struct Vm {
     pub accel: Accel,
     child: Child,
     qmp: Option<Qmp>,
+    command: Vec<std::ffi::OsString>,
 }
 
 /// A free TCP port on 127.0.0.1 (released before qemu binds it; a clash makes qemu fail
@@ -373,8 +423,13 @@ impl Vm {
                 "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"
             ))
             .args(["-device", "virtio-net-pci,netdev=n0"])
-            .arg("-serial")
-            .arg(format!("file:{}", dir.join("console.log").display()))
+            // append=on: a reboot (a new qemu on the same disk) keeps the first console.
+            .arg("-chardev")
+            .arg(format!(
+                "file,id=ser0,append=on,path={}",
+                dir.join("console.log").display()
+            ))
+            .args(["-serial", "chardev:ser0"])
             .arg("-qmp")
             .arg(format!(
                 "unix:{},server=on,wait=off",
@@ -382,14 +437,10 @@ impl Vm {
             ))
             .arg("-pidfile")
             .arg(dir.join("qemu.pid"))
-            .args(&spec.extra_args)
-            .stdin(Stdio::null())
-            .stdout(fs::File::create(dir.join("qemu.out")).expect("qemu.out"))
-            .stderr(fs::File::create(dir.join("qemu.err")).expect("qemu.err"));
+            .args(&spec.extra_args);
+        let command: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
         let started = Instant::now();
-        let child = cmd
-            .spawn()
-            .expect("start qemu-system-x86_64 (install it with vm-images/host-setup)");
+        let child = spawn_qemu(&dir, &command);
         Vm {
             name: spec.name,
             dir,
@@ -398,7 +449,33 @@ impl Vm {
             accel,
             child,
             qmp: None,
+            command,
         }
+    }
+
+    /// Shuts the guest down cleanly and boots it again from the same disk, as a reboot
+    /// (qemu runs with -no-reboot, so a guest reboot would end qemu).
+    pub fn reboot(&mut self) {
+        let _ = self.ssh_timeout(Duration::from_secs(30), "sudo systemctl poweroff");
+        let exited = wait_child(&mut self.child, Duration::from_secs(120));
+        assert!(
+            exited.is_some(),
+            "{}: did not power off within 120 s",
+            self.name
+        );
+        self.qmp = None;
+        self.started = Instant::now();
+        self.child = spawn_qemu(&self.dir, &self.command);
+    }
+
+    /// The guest's clock minus the host's, in seconds (within half an SSH round trip),
+    /// to turn timestamps taken in the guest into host time.
+    pub fn clock_offset(&self) -> f64 {
+        let before = unix_now();
+        let out = self.ssh_ok("date +%s.%N");
+        let after = unix_now();
+        let guest: f64 = out.trim().parse().expect("guest date");
+        guest - (before + after) / 2.0
     }
 
     /// Fails the test if qemu has exited, with its stderr.
