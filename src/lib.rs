@@ -13,6 +13,7 @@ pub mod install;
 pub mod health;
 pub mod iso9660;
 pub mod reason;
+pub mod report;
 pub mod source;
 pub mod unit;
 
