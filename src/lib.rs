@@ -12,6 +12,7 @@ pub mod elf;
 pub mod install;
 pub mod health;
 pub mod iso9660;
+pub mod lock;
 pub mod reason;
 pub mod report;
 pub mod source;
