@@ -16,6 +16,7 @@ pub mod lock;
 pub mod reason;
 pub mod report;
 pub mod source;
+pub mod systemd;
 pub mod unit;
 
 /// The agent's version with the git commit it was built from, e.g. `0.1.0 (3f2a9c1d0e4b)`.
