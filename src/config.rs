@@ -1230,11 +1230,11 @@ pub fn parse_size(s: &str) -> Option<u64> {
 /// A duration as the config file would write it: `24h`, `15min`, `90s`, `500ms`.
 fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 3_600_000 == 0 {
+    if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 {
+    } else if ms.is_multiple_of(60_000) {
         format!("{}min", ms / 60_000)
-    } else if ms % 1_000 == 0 {
+    } else if ms.is_multiple_of(1_000) {
         format!("{}s", ms / 1_000)
     } else {
         format!("{ms}ms")

@@ -356,7 +356,7 @@ impl<R: Read + Seek> Device<R> {
     /// Fills `buf` from byte `at`; `what` names the structure for error messages.
     fn read_at(&mut self, at: u64, buf: &mut [u8], what: &str) -> Result<(), IsoError> {
         let end = at.checked_add(buf.len() as u64);
-        if end.map_or(true, |end| end > self.size) {
+        if end.is_none_or(|end| end > self.size) {
             return Err(corrupt(format!(
                 "{what} at sector {} (byte {at}, {} bytes) lies past the end of the image ({} bytes)",
                 at / SECTOR,
@@ -1023,7 +1023,7 @@ mod tests {
         r[28..32].copy_from_slice(&[1, 0, 0, 1]);
         r[32] = id.len() as u8;
         r.extend_from_slice(id);
-        if id.len() % 2 == 0 {
+        if id.len().is_multiple_of(2) {
             r.push(0);
         }
         r.extend_from_slice(su);

@@ -63,9 +63,8 @@ pub(super) fn release(top: &str) -> Option<(&str, &str)> {
     };
     let numbers: Vec<&str> = core.split('.').collect();
     let numeric = |s: &&str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let pre_ok = pre.map_or(true, |p| {
-        !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.')
-    });
+    let pre_ok = pre
+        .is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'));
     let arch_ok = !arch.is_empty()
         && arch
             .bytes()

@@ -122,7 +122,7 @@ pub struct RawRecord {
 impl RawRecord {
     /// Byte range of the system use area.
     pub fn system_use(&self) -> std::ops::Range<usize> {
-        let start = 33 + self.id.len() + usize::from(self.id.len() % 2 == 0);
+        let start = 33 + self.id.len() + usize::from(self.id.len().is_multiple_of(2));
         self.off + start..self.off + self.len
     }
 }
