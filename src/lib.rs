@@ -15,6 +15,7 @@ pub mod iso9660;
 pub mod lock;
 pub mod reason;
 pub mod report;
+pub mod run;
 pub mod source;
 pub mod systemd;
 pub mod unit;

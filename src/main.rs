@@ -3,9 +3,20 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use etcd_setup::archive::Policy;
 use etcd_setup::reason::Failure;
+use etcd_setup::run::{self, Paths, SharedReporter};
 use etcd_setup::source::{self, Kind, Validated};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+const RUN_EXIT_CODES: &str = "\
+Exit codes of `run`:
+  0  etcd is installed, enabled, active and healthy
+  1  the run failed; the reason is in the failure file (first line `code: sentence`)
+  2  the command line is wrong
+  3  the configuration file is missing or invalid (config-invalid)
+  4  the run was stopped by a signal (interrupted)
+  5  another run held the lock past --lock-timeout (locked)";
 
 const EXIT_CODES: &str = "\
 Exit codes of `check`:
@@ -23,10 +34,30 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The boot job: wait for the Kubernetes ISO, validate and install etcd, start it only
+    /// when all went well, and record the reason when not.
+    #[command(after_help = RUN_EXIT_CODES)]
+    Run(RunArgs),
     /// Validate Kubernetes ISO images, CD-ROM devices or etcd tarballs offline, as `run`
     /// would, without root and without mounting.
     #[command(after_help = EXIT_CODES)]
     Check(CheckArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The node's configuration (TOML).
+    #[arg(long, value_name = "FILE", default_value = etcd_setup::config::DEFAULT_PATH)]
+    config: PathBuf,
+    /// How long to wait for another run holding the lock (default: the ISO wait plus
+    /// etcd's start timeout plus 5 minutes), e.g. "30s".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    lock_timeout: Option<std::time::Duration>,
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    etcd_setup::config::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration like 90s, 15min or 1h"))
 }
 
 #[derive(clap::Args)]
@@ -69,7 +100,52 @@ fn parse_sha256(text: &str) -> Result<[u8; 32], String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => run_command(args),
         Command::Check(args) => check(args),
+    }
+}
+
+/// `etcd-setup run`. Signals are blocked before any thread exists and taken by a thread
+/// of their own, which records `interrupted` and exits; a panic is caught and recorded as
+/// `internal-error`. Either way the reason reaches the failure file.
+fn run_command(args: RunArgs) -> ExitCode {
+    use nix::sys::signal::{SigSet, Signal};
+    let shared: SharedReporter = Arc::new(Mutex::new(None));
+    let mut signals = SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(sig);
+    }
+    if let Err(e) = signals.thread_block() {
+        eprintln!("etcd-setup: cannot block signals: {e}");
+    }
+    let on_signal = Arc::clone(&shared);
+    std::thread::spawn(move || {
+        if let Ok(sig) = signals.wait() {
+            let code = run::interrupted(&on_signal, sig.as_str());
+            std::process::exit(i32::from(code));
+        }
+    });
+    let mut paths = Paths::system();
+    // Test hooks: the host tests point the state folders into a temporary folder.
+    if let Some(dir) = std::env::var_os("ETCD_SETUP_RUN_DIR") {
+        paths.run_dir = dir.into();
+    }
+    if let Some(dir) = std::env::var_os("ETCD_SETUP_STATE_DIR") {
+        paths.state_dir = dir.into();
+    }
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run::run(&args.config, &paths, args.lock_timeout, &shared)
+    }));
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            ExitCode::from(run::panicked(&shared, &message))
+        }
     }
 }
 

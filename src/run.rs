@@ -1,0 +1,611 @@
+//! `etcd-setup run`: the boot job. One straight road, each step a module:
+//! configuration → lock → wait for the ISO (discover) → validate and extract (source,
+//! archive) → install (install, unit) → start and confirm (systemd, health) → report.
+//!
+//! Every failure ends in a reason code written to the failure file and the state files,
+//! and leaves etcd disabled and stopped. A run after a success only verifies etcd.
+
+use crate::config::{self, Settings};
+use crate::discover::{self, Wait};
+use crate::health::{self, Health};
+use crate::install;
+use crate::lock::RunLock;
+use crate::reason::{Failure, ReasonCode};
+use crate::report::{self, Phase, State, StateStore};
+use crate::source;
+use crate::systemd::{self, JobResult, Systemd, Watched};
+use crate::unit::{self, EtcdUnitParams};
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// etcd's unit.
+pub const ETCD_UNIT: &str = "etcd.service";
+
+/// Exit codes of `run` (a contract: README and `--help` list them).
+pub mod exit {
+    /// etcd is installed, enabled, active and healthy.
+    pub const OK: u8 = 0;
+    /// The run failed; the reason is in the failure file.
+    pub const FAILED: u8 = 1;
+    /// The command line is wrong (clap's code).
+    pub const USAGE: u8 = 2;
+    /// The configuration file is missing or invalid (`config-invalid`).
+    pub const CONFIG: u8 = 3;
+    /// Stopped by a signal (`interrupted`).
+    pub const INTERRUPTED: u8 = 4;
+    /// Another run held the lock past the wait (`locked`).
+    pub const LOCKED: u8 = 5;
+}
+
+/// The system locations the run uses; tests point them elsewhere.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// Live state and the lock: `/run/etcd-setup`.
+    pub run_dir: PathBuf,
+    /// Persistent state: `/var/lib/etcd-setup`.
+    pub state_dir: PathBuf,
+    /// `/sys/block`.
+    pub sys_block: PathBuf,
+    /// `/dev`.
+    pub dev: PathBuf,
+}
+
+impl Paths {
+    /// The real system's locations.
+    pub fn system() -> Paths {
+        Paths {
+            run_dir: PathBuf::from("/run/etcd-setup"),
+            state_dir: PathBuf::from("/var/lib/etcd-setup"),
+            sys_block: PathBuf::from("/sys/block"),
+            dev: PathBuf::from("/dev"),
+        }
+    }
+}
+
+/// Writes phases to the state files, systemd (STATUS=) and the journal, and failures to
+/// the failure file. Shared with the signal thread, which records `interrupted`.
+pub struct Reporter {
+    store: StateStore,
+    state: State,
+    failure_file: PathBuf,
+    owner: String,
+    journal: bool,
+}
+
+impl Reporter {
+    fn new(paths: &Paths, failure_file: PathBuf, owner: String) -> Reporter {
+        let store = StateStore::new(paths.run_dir.clone(), paths.state_dir.clone());
+        let mut state = State::begin(Phase::NotStarted);
+        state.pid = Some(std::process::id());
+        Reporter {
+            store,
+            state,
+            failure_file,
+            owner,
+            journal: std::env::var_os("JOURNAL_STREAM").is_some(),
+        }
+    }
+
+    fn log(&self, priority: u8, text: &str) {
+        // Under systemd, stderr goes to the journal, which reads a <N> priority prefix.
+        if self.journal {
+            eprintln!("<{priority}>{text}");
+        } else {
+            eprintln!("etcd-setup: {text}");
+        }
+    }
+
+    fn save(&self) {
+        if let Err(e) = self.store.save(&self.state) {
+            self.log(4, &format!("cannot save the state files: {e}"));
+        }
+    }
+
+    fn notify(&self, status: &str) {
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(status)]);
+    }
+
+    /// Enters a phase: state files, STATUS= and a journal line.
+    pub fn enter(&mut self, phase: Phase, text: &str) {
+        self.state.enter(phase, SystemTime::now());
+        self.state.progress = Some(text.to_string());
+        self.save();
+        self.notify(text);
+        self.log(6, text);
+    }
+
+    /// Reports progress within the current phase.
+    pub fn progress(&mut self, text: &str) {
+        self.state.progress = Some(text.to_string());
+        self.save();
+        self.notify(text);
+        self.log(6, text);
+    }
+
+    /// Records a failure: failure file first (the platform reads it), then the state.
+    pub fn fail(&mut self, failure: &Failure) {
+        if let Err(e) =
+            report::write_failure(&self.failure_file, &self.owner, failure, SystemTime::now())
+        {
+            self.log(
+                3,
+                &format!("cannot write {}: {e}", self.failure_file.display()),
+            );
+        }
+        self.state.reason = Some(report::Reason {
+            code: failure.code,
+            message: failure.message.clone(),
+        });
+        self.state.enter(Phase::Failed, SystemTime::now());
+        self.state.progress = None;
+        self.save();
+        self.notify(&failure.headline());
+        self.log(3, &failure.headline());
+        if let Some(source) = &failure.source {
+            self.log(3, &format!("detail: {source:#}"));
+        }
+    }
+
+    /// Keeps what an earlier successful run installed (device, label, digest, version)
+    /// in this run's state, which verifies it.
+    fn carry_over(&mut self, previous: State) {
+        self.state.device = previous.device;
+        self.state.label = previous.label;
+        self.state.sha256 = previous.sha256;
+        self.state.etcd_version = previous.etcd_version;
+    }
+
+    /// Records success: the failure file goes, the state says running.
+    fn succeed(&mut self, text: &str) {
+        if let Err(e) = report::clear_failure(&self.failure_file) {
+            self.log(
+                4,
+                &format!("cannot remove {}: {e}", self.failure_file.display()),
+            );
+        }
+        self.state.reason = None;
+        self.enter(Phase::Running, text);
+    }
+
+    /// The phase the run is in.
+    pub fn phase(&self) -> Phase {
+        self.state.phase
+    }
+}
+
+/// The reporter the signal thread reaches; `None` until the run has one.
+pub type SharedReporter = Arc<Mutex<Option<Reporter>>>;
+
+/// Runs the boot job with the configuration at `config_path`. Returns the exit code.
+/// `lock_timeout` bounds the wait for another run (default: ISO wait + start timeout +
+/// 5 minutes).
+pub fn run(
+    config_path: &Path,
+    paths: &Paths,
+    lock_timeout: Option<Duration>,
+    shared: &SharedReporter,
+) -> u8 {
+    let settings = match config::load(config_path) {
+        Ok(s) => s,
+        Err(failure) => {
+            let (file, owner) = config::failure_target(config_path);
+            let mut reporter = Reporter::new(paths, file, owner);
+            reporter.fail(&failure);
+            return exit::CONFIG;
+        }
+    };
+    let reporter = Reporter::new(
+        paths,
+        settings.failure_file.clone(),
+        settings.failure_owner.clone(),
+    );
+    *lock(shared) = Some(reporter);
+    let started = SystemTime::now();
+
+    // One run at a time. A run that had to wait adopts the outcome of the one it waited
+    // for when that one failed, instead of waiting for the ISO all over again.
+    let lock_path = paths.run_dir.join("run.lock");
+    let _lock = match RunLock::acquire(&lock_path, Duration::ZERO) {
+        Ok(l) => l,
+        Err(_) => {
+            with(shared, |r| {
+                r.log(6, "another etcd-setup run is in progress; waiting for it")
+            });
+            let wait = lock_timeout
+                .unwrap_or(settings.iso_wait + settings.start_timeout + Duration::from_secs(300));
+            match RunLock::acquire(&lock_path, wait) {
+                Ok(l) => {
+                    let store = StateStore::new(paths.run_dir.clone(), paths.state_dir.clone());
+                    if let Ok(Some(prev)) = store.load() {
+                        if prev.phase == Phase::Failed && prev.updated_after(started) {
+                            with(shared, |r| {
+                                r.log(6, "the run we waited for failed; its reason stands")
+                            });
+                            return exit::FAILED;
+                        }
+                    }
+                    l
+                }
+                // The run holding the lock reports for the node; this one only says why
+                // it gave up.
+                Err(failure) => {
+                    with(shared, |r| r.log(3, &failure.headline()));
+                    return exit::LOCKED;
+                }
+            }
+        }
+    };
+
+    match steps(&settings, paths, shared) {
+        Ok(()) => exit::OK,
+        Err(failure) => {
+            with(shared, |r| r.fail(&failure));
+            // etcd stays off after any failure: never enabled when something before it
+            // failed, and not left crash-looping when it failed to come up.
+            etcd_off(shared);
+            exit::FAILED
+        }
+    }
+}
+
+fn lock(shared: &SharedReporter) -> std::sync::MutexGuard<'_, Option<Reporter>> {
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `f` on the reporter (always present once `run` set it).
+fn with<T: Default>(shared: &SharedReporter, f: impl FnOnce(&mut Reporter) -> T) -> T {
+    lock(shared).as_mut().map(f).unwrap_or_default()
+}
+
+fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<(), Failure> {
+    let install_dir = &settings.install_dir;
+    if let Some(previous) = already_installed(settings, paths) {
+        with(shared, |r| {
+            r.carry_over(previous);
+            r.enter(
+                Phase::Starting,
+                "etcd was installed by an earlier run; verifying it",
+            )
+        });
+        let sd = Arc::new(Systemd::connect()?);
+        return start_and_confirm(settings, &sd, shared);
+    }
+
+    install::ensure_dir(install_dir)?;
+    // A run killed mid-extraction leaves its staging folder: nobody else owns it.
+    if let Ok(n) = crate::archive::remove_stale_staging(install_dir) {
+        if n > 0 {
+            with(shared, |r| {
+                r.log(
+                    5,
+                    &format!("removed {n} staging folder(s) left by an interrupted run"),
+                )
+            });
+        }
+    }
+
+    let limit = settings.iso_wait;
+    with(shared, |r| {
+        r.enter(
+            Phase::WaitingForIso,
+            &format!(
+                "waiting for the Kubernetes ISO, 0 s of {} s",
+                limit.as_secs()
+            ),
+        )
+    });
+    let wait = Wait {
+        archive_path: &settings.archive_path,
+        limit,
+        sys_block: &paths.sys_block,
+        dev: &paths.dev,
+    };
+    let (device, label) = discover::wait_for_iso(&wait, |waited| {
+        with(shared, |r| {
+            r.progress(&format!(
+                "waiting for the Kubernetes ISO, {} s of {} s",
+                waited.as_secs(),
+                limit.as_secs()
+            ))
+        })
+    })?;
+    let shown = device.display().to_string();
+    with(shared, |r| {
+        r.state.device = Some(shown.clone());
+        r.state.label = Some(label.clone());
+        r.enter(
+            Phase::Validating,
+            &format!(
+                "validating {} on {shown} (label {label})",
+                settings.archive_path
+            ),
+        )
+    });
+
+    let disc = File::open(&device).map_err(|e| {
+        Failure::new(
+            ReasonCode::IsoUnreadable,
+            format!("cannot open {shown}: {e}"),
+        )
+        .with_source(e)
+    })?;
+    let validated = source::validate_iso(
+        disc,
+        &shown,
+        &settings.archive_path,
+        install_dir,
+        &settings.policy(),
+    )?;
+    let release = validated.extracted;
+    with(shared, |r| {
+        r.state.sha256 = Some(release.sha256_hex());
+        r.state.etcd_version = Some(release.version.clone());
+        r.enter(
+            Phase::Installing,
+            &format!(
+                "installing etcd {} into {}",
+                release.version,
+                install_dir.display()
+            ),
+        )
+    });
+
+    let sd = Arc::new(Systemd::connect()?);
+    // A previous run may have left an etcd from another release running: stop it before
+    // its binary is replaced (a fresh node has no etcd unit, so nothing happens).
+    if Path::new(unit::UNIT_FILE).exists() {
+        sd.stop(ETCD_UNIT, Duration::from_secs(60))?;
+    }
+    install::install_binaries(&release, install_dir)?;
+    drop(release);
+    write_unit(settings)?;
+
+    start_and_confirm(settings, &sd, shared)?;
+    if settings.eject {
+        eject(&device, shared);
+    }
+    Ok(())
+}
+
+/// The state of an earlier run that succeeded, when what it installed is still there.
+fn already_installed(settings: &Settings, paths: &Paths) -> Option<State> {
+    let store = StateStore::new(paths.run_dir.clone(), paths.state_dir.clone());
+    let previous = store.load().ok().flatten()?;
+    let intact =
+        settings.install_dir.join("etcd").is_file() && Path::new(unit::UNIT_FILE).is_file();
+    (previous.phase == Phase::Running && intact).then_some(previous)
+}
+
+fn unit_params(s: &Settings) -> EtcdUnitParams {
+    let tls = |t: &Option<config::TlsFiles>| {
+        t.as_ref()
+            .map(|f| (f.cert.clone(), f.key.clone(), f.trusted_ca.clone()))
+    };
+    EtcdUnitParams {
+        install_dir: s.install_dir.clone(),
+        data_dir: s.data_dir.clone(),
+        name: s.node_name.clone(),
+        initial_cluster: s.initial_cluster_arg(),
+        cluster_token: s.cluster_token.clone(),
+        cluster_state: s.cluster_state.as_str().to_string(),
+        listen_client_urls: s.listen_client_urls(),
+        advertise_client_urls: s.advertise_client_urls(),
+        listen_peer_urls: s.listen_peer_urls(),
+        initial_advertise_peer_urls: s.initial_advertise_peer_urls(),
+        metrics_url: s.metrics_url(),
+        client_tls: tls(&s.tls.client),
+        peer_tls: tls(&s.tls.peer),
+        start_timeout: s.start_timeout,
+        members: s.initial_cluster.len(),
+    }
+}
+
+/// Writes etcd's environment file and unit, each atomically.
+fn write_unit(settings: &Settings) -> Result<(), Failure> {
+    let params = unit_params(settings);
+    let env = unit::render_env(&params)?;
+    let text = unit::render_unit(&params)?;
+    for (path, body) in [(unit::ENV_FILE, env), (unit::UNIT_FILE, text)] {
+        let path = Path::new(path);
+        if let Some(parent) = path.parent() {
+            install::ensure_dir(parent)?;
+        }
+        report::atomic_write(path, body.as_bytes(), 0o644, Some((0, 0))).map_err(|e| {
+            let code = match e.raw_os_error() {
+                Some(c) if c == nix::errno::Errno::ENOSPC as i32 => ReasonCode::DiskFull,
+                _ => ReasonCode::InternalError,
+            };
+            Failure::new(code, format!("cannot write {}: {e}", path.display())).with_source(e)
+        })?;
+    }
+    Ok(())
+}
+
+/// Reloads systemd, enables and starts etcd, waits for the start job (a first member of a
+/// new cluster waits here for its peers, with progress), then confirms etcd stays up
+/// (NRestarts steady over the settle period) and answers its health endpoint.
+fn start_and_confirm(
+    settings: &Settings,
+    sd: &Arc<Systemd>,
+    shared: &SharedReporter,
+) -> Result<(), Failure> {
+    with(shared, |r| {
+        r.enter(Phase::Starting, "starting etcd.service")
+    });
+    sd.reload()?;
+    // A unit that hit its start limit in an earlier run would refuse to start at once.
+    sd.reset_failed(ETCD_UNIT)?;
+    sd.enable(ETCD_UNIT)?;
+    let limit = settings.start_timeout + Duration::from_secs(30);
+    let (tx, rx) = mpsc::channel();
+    let starter = Arc::clone(sd);
+    std::thread::spawn(move || {
+        let _ = tx.send(starter.start(ETCD_UNIT, limit));
+    });
+    let started = Instant::now();
+    let peers = settings.initial_cluster.len().saturating_sub(1);
+    let job = loop {
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(result) => break result?,
+            Err(mpsc::RecvTimeoutError::Timeout) => with(shared, |r| {
+                r.progress(&format!(
+                    "etcd started, waiting for quorum with its {peers} peer(s), {} s of {} s",
+                    started.elapsed().as_secs(),
+                    settings.start_timeout.as_secs()
+                ))
+            }),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Failure::new(
+                    ReasonCode::InternalError,
+                    "the thread waiting for etcd's start job ended without an answer",
+                ))
+            }
+        }
+    };
+    match job {
+        JobResult::Done => {}
+        JobResult::StillRunning => {
+            let journal = systemd::journal_tail(ETCD_UNIT, 15);
+            return Err(Failure::new(
+                ReasonCode::EtcdStartFailed,
+                format!(
+                    "etcd.service was not ready {} s after its start (no quorum with its {peers} peer(s)?); check that the other members booted and can reach this node",
+                    limit.as_secs()
+                ),
+            )
+            .with_source(anyhow::anyhow!("last journal lines of etcd.service:\n{}", journal.join("\n"))));
+        }
+        other => {
+            let state = sd.unit_state(ETCD_UNIT).unwrap_or_default();
+            let journal = systemd::journal_tail(ETCD_UNIT, 15);
+            return Err(systemd::start_failure(ETCD_UNIT, &other, &state, &journal)
+                .unwrap_or_else(|| {
+                    Failure::new(
+                        ReasonCode::EtcdStartFailed,
+                        format!("etcd.service start ended with {other:?}"),
+                    )
+                }));
+        }
+    }
+
+    // Up: now it must stay up (no restart, still active) over the settle period, followed
+    // from systemd's PropertiesChanged signals, and answer its health endpoint.
+    let base = sd.unit_state(ETCD_UNIT)?;
+    with(shared, |r| {
+        r.progress(&format!(
+            "etcd is active; confirming it stays up for {} s",
+            settings.settle.as_secs()
+        ))
+    });
+    let settle_end = Instant::now() + settings.settle;
+    let watched = sd.watch_until(ETCD_UNIT, settle_end, |s| {
+        s.n_restarts > base.n_restarts || !s.is_active()
+    })?;
+    if let Watched::Matched(s) = watched {
+        let journal = systemd::journal_tail(ETCD_UNIT, 15);
+        return Err(Failure::new(
+            ReasonCode::EtcdUnhealthy,
+            format!(
+                "etcd.service did not stay up within {} s of starting: {} (restarted {} time(s)); it was stopped and disabled",
+                settings.settle.as_secs(),
+                s.summary(),
+                s.n_restarts.saturating_sub(base.n_restarts)
+            ),
+        )
+        .with_source(anyhow::anyhow!("last journal lines of etcd.service:\n{}", journal.join("\n"))));
+    }
+    let metrics = SocketAddr::from(([127, 0, 0, 1], settings.metrics_port));
+    let health_end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let health = health::check(metrics, Duration::from_secs(2));
+        if health == Health::Healthy {
+            break;
+        }
+        if Instant::now() >= health_end {
+            return Err(Failure::new(
+                ReasonCode::EtcdUnhealthy,
+                format!("etcd.service is active but http://{metrics}/health did not answer healthy within 30 s: {health:?}"),
+            ));
+        }
+        // etcd's health has no event to await: ask again shortly.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    with(shared, |r| r.succeed("etcd is running and healthy"));
+    Ok(())
+}
+
+/// Stops and disables etcd, best effort (a failure here is logged, the original reason
+/// stands).
+fn etcd_off(shared: &SharedReporter) {
+    if !Path::new(unit::UNIT_FILE).exists() {
+        return;
+    }
+    let result = Systemd::connect().and_then(|sd| {
+        sd.disable(ETCD_UNIT)?;
+        sd.stop(ETCD_UNIT, Duration::from_secs(60))
+    });
+    if let Err(e) = result {
+        with(shared, |r| {
+            r.log(
+                4,
+                &format!("could not stop and disable etcd.service: {}", e.headline()),
+            )
+        });
+    }
+}
+
+/// Ejects the disc once etcd runs (best effort: the platform may hold the tray locked).
+fn eject(device: &Path, shared: &SharedReporter) {
+    match crate::discover::eject(device) {
+        Ok(()) => with(shared, |r| {
+            r.log(6, &format!("ejected {}", device.display()))
+        }),
+        Err(e) => with(shared, |r| {
+            r.log(4, &format!("could not eject {}: {e}", device.display()))
+        }),
+    }
+}
+
+/// Records `interrupted` for a signal (called from the signal thread), stops and
+/// disables etcd if the run had not reached it yet.
+pub fn interrupted(shared: &SharedReporter, signal: &str) -> u8 {
+    let phase = with(shared, |r| {
+        let phase = r.phase();
+        let failure = Failure::new(
+            ReasonCode::Interrupted,
+            format!(
+                "etcd-setup run was stopped by {signal} while {}; run it again with `systemctl start etcd-setup`",
+                phase.as_str()
+            ),
+        );
+        r.fail(&failure);
+        Some(phase)
+    });
+    if matches!(phase, Some(p) if p < Phase::Running) {
+        etcd_off(shared);
+    }
+    exit::INTERRUPTED
+}
+
+/// Records `internal-error` for a panic that reached the top of the run.
+pub fn panicked(shared: &SharedReporter, message: &str) -> u8 {
+    let failure = Failure::new(
+        ReasonCode::InternalError,
+        format!("etcd-setup hit a bug and stopped: {message}; report it with this file"),
+    );
+    let had = with(shared, |r| {
+        r.fail(&failure);
+        true
+    });
+    if !had {
+        let (file, owner) = config::failure_target(Path::new(config::DEFAULT_PATH));
+        let _ = report::write_failure(&file, &owner, &failure, SystemTime::now());
+    }
+    etcd_off(shared);
+    exit::FAILED
+}

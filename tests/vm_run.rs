@@ -1,0 +1,454 @@
+//! `etcd-setup run` on booted etcd nodes: each scenario of the run issue from a clean
+//! overlay, the node configured by the packaged cloud-config template, the ISO attached as
+//! a real IDE CD-ROM at boot or hot-inserted over QMP. Prints scenario → verdict → seconds.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::vm::{report, Image, Vm, VmSpec};
+
+const FAILED_FILE: &str = "/home/cloud/etcd-setup-failed";
+
+/// Renders packaging/cloud-config.yaml.tmpl for a one-member cluster on the guest's
+/// user-mode address, with `overrides` of the defaults.
+fn cloud_config(name: &str, overrides: &[(&str, &str)]) -> String {
+    let template =
+        std::fs::read_to_string(support::vm::repo().join("packaging/cloud-config.yaml.tmpl"))
+            .expect("packaging/cloud-config.yaml.tmpl");
+    let ip = overrides
+        .iter()
+        .find(|(k, _)| *k == "NODE_IP")
+        .map(|(_, v)| *v)
+        .unwrap_or("10.0.2.15");
+    let cluster = format!("{name}=http://{ip}:2380");
+    let mut values = vec![
+        ("NODE_NAME", name.to_string()),
+        ("NODE_IP", ip.to_string()),
+        ("INITIAL_CLUSTER", cluster),
+        ("CLUSTER_TOKEN", format!("token-{name}")),
+        ("CLUSTER_STATE", "new".into()),
+        ("START_TIMEOUT", "5min".into()),
+        ("SETTLE", "3s".into()),
+        ("ISO_WAIT", "10min".into()),
+        ("EJECT", "false".into()),
+    ];
+    for (k, v) in overrides {
+        if let Some(slot) = values.iter_mut().find(|(key, _)| key == k) {
+            slot.1 = v.to_string();
+        }
+    }
+    let mut text = template;
+    for (k, v) in values {
+        text = text.replace(&format!("{{{{{k}}}}}"), &v);
+    }
+    assert!(!text.contains("{{"), "unrendered placeholder in:\n{text}");
+    text
+}
+
+fn boot(name: &str, iso: Option<&str>, overrides: &[(&str, &str)]) -> Vm {
+    let image = Image::from_env();
+    let mut spec = VmSpec::new(name);
+    spec.cdrom = iso.map(|n| support::inputs::isos().join(n));
+    spec.user_data = cloud_config(name, overrides);
+    let mut vm = Vm::boot(&image, spec);
+    let to_ssh = vm.wait_ssh(Duration::from_secs(300));
+    report(&format!("{name}: SSH after {:.1} s", to_ssh.as_secs_f64()));
+    vm
+}
+
+/// Runs a shell snippet in the guest as root and returns its stdout.
+fn root(vm: &Vm, script: &str) -> String {
+    let quoted = script.replace('\'', "'\\''");
+    vm.ssh_ok(&format!("sudo sh -c '{quoted}'"))
+}
+
+/// Waits (in the guest, bounded) until `etcd-setup.service` has run and exited; returns
+/// (exit status, seconds from its start to its exit).
+fn wait_unit_exit(vm: &Vm, limit: Duration) -> (i32, f64) {
+    let script = format!(
+        "timeout {} sh -c 'until [ \"$(systemctl show -p ExecMainExitTimestampMonotonic --value etcd-setup)\" != 0 ] \
+         && [ \"$(systemctl show -p ActiveState --value etcd-setup)\" != activating ]; do sleep 0.2; done' && \
+         systemctl show -p ExecMainStatus,ExecMainStartTimestampMonotonic,ExecMainExitTimestampMonotonic etcd-setup",
+        limit.as_secs()
+    );
+    let out = vm.ssh_timeout(limit + Duration::from_secs(30), &script);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "etcd-setup.service did not finish within {limit:?}: {text}\n{}",
+        vm.ssh_ok("systemctl status etcd-setup --no-pager -l || true")
+    );
+    let field = |k: &str| -> i64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {text}"))
+    };
+    let secs = (field("ExecMainExitTimestampMonotonic") - field("ExecMainStartTimestampMonotonic"))
+        as f64
+        / 1e6;
+    (field("ExecMainStatus") as i32, secs)
+}
+
+fn failure_line(vm: &Vm) -> String {
+    vm.ssh_ok(&format!("head -n1 {FAILED_FILE}"))
+        .trim()
+        .to_string()
+}
+
+/// etcd neither enabled nor active, and nothing left half-installed.
+fn assert_etcd_off(vm: &Vm) {
+    let enabled = vm.ssh("systemctl is-enabled etcd.service");
+    assert!(
+        !enabled.status.success(),
+        "etcd.service is enabled: {}",
+        String::from_utf8_lossy(&enabled.stdout)
+    );
+    let active = vm.ssh_ok("systemctl is-active etcd.service || true");
+    assert!(
+        active.trim() != "active" && active.trim() != "activating",
+        "etcd.service is {active}"
+    );
+    let staging = vm.ssh_ok("ls -a /opt/bin 2>/dev/null | grep -c etcd-setup-staging || true");
+    assert_eq!(staging.trim(), "0", "staging folder left in /opt/bin");
+}
+
+fn assert_etcd_healthy(vm: &Vm) {
+    assert_eq!(
+        vm.ssh_ok("systemctl is-active etcd.service").trim(),
+        "active"
+    );
+    assert_eq!(
+        vm.ssh_ok("systemctl is-enabled etcd.service").trim(),
+        "enabled"
+    );
+    let health =
+        vm.ssh_ok("/opt/bin/etcdctl --endpoints=http://127.0.0.1:2379 endpoint health 2>&1");
+    assert!(health.contains("is healthy"), "{health}");
+}
+
+fn verdict(scenario: &str, secs: f64, what: &str) {
+    report(&format!(
+        "run scenario {scenario:<44} | pass | {secs:>6.1} s | {what}"
+    ));
+}
+
+/// a + g: ISO attached at boot → etcd active and healthy, no failure file; the packaged
+/// unit and cloud-config pass systemd's and cloud-init's own checks; after a reboot the
+/// run is a no-op that verifies etcd, which is active again.
+#[test]
+fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
+    let mut vm = boot("run-a", Some("k8s-etcd-3.5.1.iso"), &[]);
+    let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(400));
+    assert_eq!(
+        status,
+        0,
+        "run failed: {}",
+        vm.ssh_ok(&format!("cat {FAILED_FILE} 2>&1 || true"))
+    );
+    assert_etcd_healthy(&vm);
+    assert!(
+        vm.ssh(&format!("test -e {FAILED_FILE}")).status.code() == Some(1),
+        "failure file after success"
+    );
+    // cloud-init's runcmd ran the same job: it waited or verified, and succeeded.
+    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
+    assert!(
+        ci.status.success(),
+        "cloud-init: {}",
+        String::from_utf8_lossy(&ci.stdout)
+    );
+    let state = root(&vm, "cat /var/lib/etcd-setup/state.json");
+    let doc: serde_json::Value = serde_json::from_str(&state).expect("state.json");
+    assert_eq!(doc["phase"], "running", "{doc}");
+    assert_eq!(doc["etcd_version"], "3.5.1");
+    assert_eq!(doc["device"], "/dev/sr0");
+    assert_eq!(doc["label"], "CDROM");
+    let mode = root(&vm, "stat -c '%a %U' /var/lib/etcd");
+    assert_eq!(mode.trim(), "700 etcd", "etcd data dir");
+    verdict(
+        "a: ISO attached at boot",
+        secs,
+        "etcd active, endpoint healthy, no failure file",
+    );
+
+    // The packaged files pass the tools that own their formats.
+    let schema = root(
+        &vm,
+        "cloud-init schema --config-file /var/lib/cloud/instance/user-data.txt 2>&1",
+    );
+    assert!(schema.contains("Valid cloud-config"), "{schema}");
+    let verify = root(
+        &vm,
+        "systemd-analyze verify etcd-setup.service etcd.service 2>&1; echo rc=$?",
+    );
+    assert!(
+        verify.trim().ends_with("rc=0") && !verify.contains("etcd"),
+        "systemd-analyze verify: {verify}"
+    );
+
+    // Exit code 0 of a second run: a fast no-op that verifies etcd.
+    let t = Instant::now();
+    let again = vm.ssh("sudo etcd-setup run");
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    verdict(
+        "a: second run after success (no-op)",
+        t.elapsed().as_secs_f64(),
+        "exit 0, etcd verified",
+    );
+
+    // Exit code 5: another run holds the lock past --lock-timeout; nothing is recorded.
+    let locked = root(&vm, "flock /run/etcd-setup/run.lock sleep 20 & holder=$!; sleep 1; etcd-setup run --lock-timeout 2s; echo rc=$?; kill $holder");
+    assert!(locked.trim().ends_with("rc=5"), "{locked}");
+    assert!(
+        vm.ssh(&format!("test -e {FAILED_FILE}")).status.code() == Some(1),
+        "a locked run wrote a failure"
+    );
+
+    // g: reboot; the unit runs again and only verifies.
+    vm.reboot();
+    vm.wait_ssh(Duration::from_secs(300));
+    let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(300));
+    assert_eq!(status, 0);
+    assert_etcd_healthy(&vm);
+    let log = root(&vm, "journalctl -b -u etcd-setup -o cat --no-pager");
+    assert!(
+        log.contains("verifying"),
+        "the run after the reboot did more than verify:\n{log}"
+    );
+    assert!(!log.contains("waiting for the Kubernetes ISO"), "{log}");
+    verdict(
+        "g: reboot after success",
+        secs,
+        "run verified only; etcd active again",
+    );
+}
+
+/// b: empty CD-ROM at boot, ISO inserted over QMP once the node is up → etcd active.
+/// Also exit code 4: the run stopped by SIGTERM while waiting records `interrupted`.
+#[test]
+fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
+    let mut vm = boot("run-b", None, &[]);
+    let wait_phase = "timeout 120 sh -c 'until grep -q \"waiting-for-iso\" /run/etcd-setup/state.json 2>/dev/null; do sleep 0.2; done'";
+    root(&vm, wait_phase);
+
+    // SIGTERM while waiting: exit 4, reason recorded, etcd off.
+    root(&vm, "systemctl stop etcd-setup");
+    let (status, _) = wait_unit_exit(&vm, Duration::from_secs(60));
+    assert_eq!(status, 4);
+    let line = failure_line(&vm);
+    assert!(
+        line.starts_with("interrupted: ") && line.contains("SIGTERM"),
+        "{line}"
+    );
+    assert_etcd_off(&vm);
+    verdict("exit 4: SIGTERM while waiting for the ISO", 0.0, &line);
+
+    root(&vm, "systemctl start --no-block etcd-setup");
+    root(&vm, &wait_phase.replace("120", "60"));
+    let offset = vm.clock_offset();
+    let watcher = {
+        let cmd = "timeout 120 sh -c 'until [ \"$(systemctl is-active etcd.service)\" = active ]; do sleep 0.1; done; date +%s.%N'".to_string();
+        let port = vm.ssh_port;
+        let key = support::vm::ssh_key().private.clone();
+        std::thread::spawn(move || support::vm::ssh_once(port, &key, &cmd))
+    };
+    std::thread::sleep(Duration::from_millis(1500)); // let the watcher start before the insert
+    let inserted = support::vm::unix_now();
+    vm.insert_cdrom(&support::inputs::isos().join("k8s-etcd-3.5.1.iso"));
+    let seen = watcher.join().expect("watcher");
+    let active_at: f64 = seen
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("watcher said {seen:?}"));
+    let secs = active_at - offset - inserted;
+    let (status, _) = wait_unit_exit(&vm, Duration::from_secs(300));
+    assert_eq!(status, 0);
+    assert_etcd_healthy(&vm);
+    assert!(
+        vm.ssh(&format!("test -e {FAILED_FILE}")).status.code() == Some(1),
+        "the interrupted reason was not removed on success"
+    );
+    verdict(
+        "b: ISO hot-inserted after boot",
+        secs,
+        "insertion to etcd active",
+    );
+}
+
+/// c: only the seed ISO, wait 20 s → iso-timeout within 25 s, non-zero exit, etcd off.
+/// Also exit code 3: a missing configuration is reported as config-invalid.
+#[test]
+fn c_no_iso_times_out_with_a_reason_listing_the_discs() {
+    let vm = boot("run-c", None, &[("ISO_WAIT", "20s")]);
+    let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(120));
+    assert_eq!(status, 1);
+    assert!(secs <= 25.0, "iso-timeout after {secs:.1} s, beyond 25 s");
+    let line = failure_line(&vm);
+    assert!(line.starts_with("iso-timeout: "), "{line}");
+    assert!(line.contains("within 20 s"), "{line}");
+    assert!(
+        line.contains("/dev/sr1 (iso9660, label CIDATA, cloud-init seed)"),
+        "{line}"
+    );
+    assert!(line.contains("/dev/sr0 (no medium)"), "{line}");
+    assert_eq!(
+        vm.ssh_ok(&format!("stat -c %U {FAILED_FILE}")).trim(),
+        "cloud"
+    );
+    assert_etcd_off(&vm);
+    verdict(
+        "c: no ISO, wait 20 s",
+        secs,
+        "iso-timeout, exit 1, etcd off",
+    );
+
+    let out = root(
+        &vm,
+        "etcd-setup run --config /etc/etcd-setup/absent.toml; echo rc=$?",
+    );
+    assert!(out.trim().ends_with("rc=3"), "{out}");
+    let line = failure_line(&vm);
+    assert!(
+        line.starts_with("config-invalid: ") && line.contains("/etc/etcd-setup/absent.toml"),
+        "{line}"
+    );
+    verdict("exit 3: configuration missing", 0.0, &line);
+}
+
+/// d: a Kubernetes ISO without etcd inserted → archive-missing within 2 s of insertion.
+#[test]
+fn d_iso_without_etcd_fails_archive_missing_within_seconds() {
+    let mut vm = boot("run-d", None, &[]);
+    root(&vm, "timeout 120 sh -c 'until grep -q \"waiting-for-iso\" /run/etcd-setup/state.json 2>/dev/null; do sleep 0.2; done'");
+    let offset = vm.clock_offset();
+    let watcher = {
+        let cmd = format!(
+            "timeout 120 sh -c 'until [ -s {FAILED_FILE} ]; do sleep 0.05; done; date +%s.%N'"
+        );
+        let port = vm.ssh_port;
+        let key = support::vm::ssh_key().private.clone();
+        std::thread::spawn(move || support::vm::ssh_once(port, &key, &cmd))
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let inserted = support::vm::unix_now();
+    vm.insert_cdrom(&support::inputs::isos().join("k8s-no-etcd.iso"));
+    let seen = watcher.join().expect("watcher");
+    let at: f64 = seen
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("watcher said {seen:?}"));
+    let secs = at - offset - inserted;
+    let (status, _) = wait_unit_exit(&vm, Duration::from_secs(60));
+    assert_eq!(status, 1);
+    let line = failure_line(&vm);
+    assert!(line.starts_with("archive-missing: the Kubernetes ISO on /dev/sr0 (label CDROM) has no etcd/etcd-linux-amd64.tar.gz"), "{line}");
+    assert_etcd_off(&vm);
+    verdict(
+        "d: ISO without etcd inserted",
+        secs,
+        "insertion to archive-missing",
+    );
+}
+
+/// e: a corrupt tarball, and one whose binaries are for another machine: each its own
+/// code, nothing installed, etcd off.
+#[test]
+fn e_corrupt_and_foreign_archives_each_fail_with_their_own_code() {
+    for (iso, code) in [
+        ("k8s-corrupt-etcd.iso", "archive-corrupt"),
+        ("k8s-wrong-arch.iso", "wrong-architecture"),
+    ] {
+        let vm = boot(&format!("run-e-{code}"), Some(iso), &[]);
+        let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(300));
+        assert_eq!(status, 1);
+        let line = failure_line(&vm);
+        assert!(line.starts_with(&format!("{code}: ")), "{line}");
+        assert!(line.contains("/dev/sr0"), "names no device: {line}");
+        assert_etcd_off(&vm);
+        assert!(
+            vm.ssh("test -e /opt/bin/etcd").status.code() == Some(1),
+            "etcd installed from a bad archive"
+        );
+        verdict(&format!("e: {iso}"), secs, code);
+    }
+}
+
+/// f: etcd cannot start (its listen IP is not on the node) → etcd-start-failed with its
+/// exit status and log lines; etcd stopped and disabled, not crash-looping.
+#[test]
+fn f_etcd_that_cannot_start_is_reported_and_not_left_crash_looping() {
+    let vm = boot(
+        "run-f",
+        Some("k8s-etcd-3.5.1.iso"),
+        &[("NODE_IP", "10.0.2.99")],
+    );
+    let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(400));
+    assert_eq!(status, 1);
+    let text = vm.ssh_ok(&format!("cat {FAILED_FILE}"));
+    let line = text.lines().next().unwrap_or_default();
+    assert!(line.starts_with("etcd-start-failed: "), "{text}");
+    assert!(line.contains("exit status"), "{line}");
+    assert!(
+        text.contains("10.0.2.99"),
+        "etcd's own log line (cannot assign 10.0.2.99) missing:\n{text}"
+    );
+    assert_etcd_off(&vm);
+    let restarts = |vm: &Vm| vm.ssh_ok("systemctl show -p NRestarts --value etcd.service");
+    let before = restarts(&vm);
+    std::thread::sleep(Duration::from_secs(8)); // longer than RestartSec: a loop would show
+    assert_eq!(restarts(&vm), before, "etcd.service keeps restarting");
+    verdict(
+        "f: etcd cannot bind its IP",
+        secs,
+        "etcd-start-failed, etcd stopped and disabled",
+    );
+}
+
+/// h: `kill -9` of the run during extraction, then a new run → healthy etcd, no staging
+/// folder left.
+#[test]
+fn h_a_run_killed_during_extraction_is_recovered_by_the_next_run() {
+    let mut vm = boot("run-h", None, &[]);
+    root(&vm, "timeout 120 sh -c 'until grep -q \"waiting-for-iso\" /run/etcd-setup/state.json 2>/dev/null; do sleep 0.2; done'");
+    let killer = {
+        let cmd = "sudo timeout 120 sh -c 'until grep -q \"\\\"validating\\\"\" /run/etcd-setup/state.json; do sleep 0.02; done; \
+                   kill -9 $(systemctl show -p MainPID --value etcd-setup); sleep 0.5; ls -a /opt/bin'".to_string();
+        let port = vm.ssh_port;
+        let key = support::vm::ssh_key().private.clone();
+        std::thread::spawn(move || support::vm::ssh_once(port, &key, &cmd))
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    vm.insert_cdrom(&support::inputs::isos().join("k8s-etcd-3.5.1.iso"));
+    let listing = killer.join().expect("killer");
+    assert!(
+        listing.contains(".etcd-setup-staging-"),
+        "the kill did not land during extraction: {listing}"
+    );
+    let enabled = vm.ssh("systemctl is-enabled etcd.service");
+    assert!(
+        !enabled.status.success(),
+        "etcd enabled by a run killed before the start"
+    );
+    let t = Instant::now();
+    let out = vm.ssh_timeout(Duration::from_secs(400), "sudo etcd-setup run; echo rc=$?");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.trim().ends_with("rc=0"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_etcd_healthy(&vm);
+    let staging = vm.ssh_ok("ls -a /opt/bin | grep -c etcd-setup-staging || true");
+    assert_eq!(staging.trim(), "0");
+    verdict(
+        "h: kill -9 during extraction, run again",
+        t.elapsed().as_secs_f64(),
+        "healthy etcd, no staging left",
+    );
+}
