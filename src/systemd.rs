@@ -233,6 +233,37 @@ impl UnitState {
     }
 }
 
+/// A log line fit for one sentence: etcd logs JSON (zap) with a stack trace, of which
+/// `msg: error` is what an operator needs; other lines are kept as they are.
+pub fn readable(line: &str) -> String {
+    let line = line.trim();
+    let field = |key: &str| {
+        let start = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+        let rest = &line[start..];
+        let mut end = 0;
+        let mut escaped = false;
+        for (i, c) in rest.char_indices() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '"' if !escaped => {
+                    end = i;
+                    break;
+                }
+                _ => escaped = false,
+            }
+            end = i + c.len_utf8();
+        }
+        Some(rest[..end].to_string())
+    };
+    match (line.starts_with('{'), field("msg")) {
+        (true, Some(msg)) => match field("error") {
+            Some(error) => format!("{msg}: {error}"),
+            None => msg,
+        },
+        _ => line.to_string(),
+    }
+}
+
 /// The failure for a start job that did not end in `done`, or `None` for `done` and
 /// [`JobResult::StillRunning`] (the caller decides what waiting longer means).
 ///
@@ -273,7 +304,7 @@ pub fn start_failure(
         ),
     };
     let sentence = match journal.iter().rev().find(|l| !l.trim().is_empty()) {
-        Some(last) => format!("{sentence}; its last log line: {}", last.trim()),
+        Some(last) => format!("{sentence}; its last log line: {}", readable(last)),
         None => format!("{sentence}; see `journalctl -u {unit}`"),
     };
     let failure = Failure::new(code, sentence);
@@ -572,7 +603,11 @@ fn refused(action: &str, unit: &str, e: zbus::Error) -> Failure {
 /// longer than 500 bytes are cut, and journalctl is killed after 5 seconds.
 pub fn journal_tail(unit: &str, lines: usize) -> Vec<String> {
     let child = Command::new("journalctl")
-        .args(["--boot", "--unit", unit, "--lines"])
+        // The unit's processes' own output (etcd's log), not systemd's messages about the
+        // unit, which the unit state already sums up.
+        .arg("--boot")
+        .arg(format!("_SYSTEMD_UNIT={unit}"))
+        .arg("--lines")
         .arg(lines.to_string())
         .args(["--output", "cat", "--no-pager", "--quiet"])
         .stdin(Stdio::null())
@@ -621,6 +656,20 @@ fn tail_lines(bytes: &[u8], n: usize) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn renders_etcd_json_log_lines_as_msg_and_error() {
+        let line = r#"{"level":"fatal","ts":"2026-11-30T03:11:55.557Z","caller":"etcdmain/etcd.go:203","msg":"discovery failed","error":"listen tcp 10.0.2.99:2380: bind: cannot assign requested address","stacktrace":"go.etcd.io/etcd/server/v3/etcdmain.startEtcdOrProxyV2\n\t/tmp/etcd"#;
+        assert_eq!(
+            readable(line),
+            "discovery failed: listen tcp 10.0.2.99:2380: bind: cannot assign requested address"
+        );
+        assert_eq!(
+            readable(r#"{"level":"info","msg":"say \"hi\""}"#),
+            r#"say \"hi\""#
+        );
+        assert_eq!(readable("  plain text line "), "plain text line");
+    }
+
     use super::*;
     use zbus::zvariant::Value;
 
@@ -748,7 +797,7 @@ mod tests {
         assert_eq!(f.code, ReasonCode::EtcdStartFailed);
         assert_eq!(
             f.headline(),
-            "etcd-start-failed: etcd.service failed to start: it exited with status 1; its last log line: {\"level\":\"fatal\",\"msg\":\"listen tcp 10.9.9.9:2380: bind: cannot assign requested address\"}"
+            "etcd-start-failed: etcd.service failed to start: it exited with status 1; its last log line: listen tcp 10.9.9.9:2380: bind: cannot assign requested address"
         );
         let detail = format!("{:#}", f.source.unwrap());
         assert!(

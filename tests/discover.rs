@@ -7,7 +7,6 @@ use etcd_setup::discover::{classify, wait_for_iso, Disc, Wait};
 use etcd_setup::reason::ReasonCode;
 use etcd_setup::source::DEFAULT_ARCHIVE_PATH;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn input(name: &str) -> PathBuf {
@@ -21,17 +20,7 @@ fn seed_iso(dir: &Path, label: &str) -> PathBuf {
     std::fs::write(src.join("user-data"), "#cloud-config\n").unwrap();
     std::fs::write(src.join("meta-data"), "instance-id: x\n").unwrap();
     let iso = dir.join(format!("{label}.iso"));
-    let out = Command::new("xorriso")
-        .args(["-as", "mkisofs", "-quiet", "-R", "-J", "-V", label, "-o"])
-        .arg(&iso)
-        .arg(&src)
-        .output()
-        .expect("xorriso (run vm-images/host-setup)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::inputs::make_iso(&src, label, &iso);
     iso
 }
 

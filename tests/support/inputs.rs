@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -34,4 +34,20 @@ pub fn sha256_file(path: &std::path::Path) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// Builds an ISO 9660 image with Rock Ridge and Joliet from the folder `src`, as the
+/// platform's tools do (xorriso in mkisofs mode).
+pub fn make_iso(src: &Path, label: &str, out: &Path) {
+    let result = Command::new("xorriso")
+        .args(["-as", "mkisofs", "-quiet", "-R", "-J", "-V", label, "-o"])
+        .arg(out)
+        .arg(src)
+        .output()
+        .expect("run xorriso (install it with vm-images/host-setup)");
+    assert!(
+        result.status.success(),
+        "xorriso: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
 }

@@ -179,12 +179,13 @@ fn spawn_qemu(dir: &Path, args: &[std::ffi::OsString]) -> Child {
         .expect("start qemu-system-x86_64 (install it with vm-images/host-setup)")
 }
 
-/// Runs one command as `cloud` over SSH on a loopback port (for a helper thread, which
-/// cannot borrow the `Vm`); returns stdout, whatever the exit status.
-pub fn ssh_once(port: u16, key: &Path, remote: &str) -> String {
-    let out = Command::new("timeout")
-        .args(["--kill-after=5", "300", "ssh", "-q", "-i"])
-        .arg(key)
+/// `ssh` as `cloud` to the guest behind loopback `port`, bounded by `limit` (coreutils
+/// `timeout` kills it), host keys not kept (each VM makes new ones).
+pub fn ssh_command(port: u16, limit: Duration, remote: &str) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=5", &limit.as_secs().max(1).to_string()])
+        .args(["ssh", "-q", "-i"])
+        .arg(&ssh_key().private)
         .args(["-p", &port.to_string()])
         .args([
             "-o",
@@ -200,12 +201,21 @@ pub fn ssh_once(port: u16, key: &Path, remote: &str) -> String {
             "-o",
             "LogLevel=ERROR",
         ])
+        .args(["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"])
         .arg("cloud@127.0.0.1")
         .arg(remote)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ssh");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `remote` in the guest on a thread of its own (at most 300 s), for watching the
+/// guest while the test acts on it; the handle yields stdout, whatever the exit status.
+pub fn spawn_in_guest(vm: &Vm, remote: &str) -> std::thread::JoinHandle<String> {
+    let mut cmd = ssh_command(vm.ssh_port, Duration::from_secs(300), remote);
+    std::thread::spawn(move || {
+        let out = cmd.output().expect("run ssh");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
 }
 
 /// Seconds since the epoch on the host.
@@ -301,17 +311,7 @@ pub fn seed_iso(dir: &Path, hostname: &str, extra: &str) -> PathBuf {
     );
     fs::write(src.join("user-data"), user_data).expect("user-data");
     let iso = dir.join("seed.iso");
-    let out = Command::new("xorriso")
-        .args(["-as", "mkisofs", "-quiet", "-R", "-J", "-V", "CIDATA", "-o"])
-        .arg(&iso)
-        .arg(&src)
-        .output()
-        .expect("run xorriso (install it with vm-images/host-setup)");
-    assert!(
-        out.status.success(),
-        "xorriso: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::inputs::make_iso(&src, "CIDATA", &iso);
     iso
 }
 
@@ -468,14 +468,14 @@ impl Vm {
         self.child = spawn_qemu(&self.dir, &self.command);
     }
 
-    /// The guest's clock minus the host's, in seconds (within half an SSH round trip),
-    /// to turn timestamps taken in the guest into host time.
+    /// The guest's clock minus the host's, in seconds, taken low: the guest read its clock
+    /// before the reply reached the host, so latencies computed with it (guest time of
+    /// an event minus this, minus host time of the cause) are upper bounds.
     pub fn clock_offset(&self) -> f64 {
-        let before = unix_now();
         let out = self.ssh_ok("date +%s.%N");
         let after = unix_now();
         let guest: f64 = out.trim().parse().expect("guest date");
-        guest - (before + after) / 2.0
+        guest - after
     }
 
     /// Fails the test if qemu has exited, with its stderr.
@@ -487,31 +487,7 @@ impl Vm {
     }
 
     fn ssh_command(&self, limit: Duration, remote: &str) -> Command {
-        let mut cmd = Command::new("timeout");
-        cmd.args(["--kill-after=5", &format!("{}", limit.as_secs().max(1))])
-            .arg("ssh")
-            .args(["-q", "-i"])
-            .arg(&ssh_key().private)
-            .args(["-p", &self.ssh_port.to_string()])
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-            ])
-            .args([
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ConnectTimeout=5",
-                "-o",
-                "LogLevel=ERROR",
-            ])
-            .args(["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"])
-            .arg("cloud@127.0.0.1")
-            .arg(remote)
-            .stdin(Stdio::null());
-        cmd
+        ssh_command(self.ssh_port, limit, remote)
     }
 
     /// Waits until `cloud` can log in over SSH; returns the time since qemu started.
