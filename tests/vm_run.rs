@@ -9,47 +9,11 @@ use support::vm::{report, Image, Vm, VmSpec};
 
 const FAILED_FILE: &str = "/home/cloud/etcd-setup-failed";
 
-/// Renders packaging/cloud-config.yaml.tmpl for a one-member cluster on the guest's
-/// user-mode address, with `overrides` of the defaults.
-fn cloud_config(name: &str, overrides: &[(&str, &str)]) -> String {
-    let template =
-        std::fs::read_to_string(support::vm::repo().join("packaging/cloud-config.yaml.tmpl"))
-            .expect("packaging/cloud-config.yaml.tmpl");
-    let ip = overrides
-        .iter()
-        .find(|(k, _)| *k == "NODE_IP")
-        .map(|(_, v)| *v)
-        .unwrap_or("10.0.2.15");
-    let cluster = format!("{name}=http://{ip}:2380");
-    let mut values = vec![
-        ("NODE_NAME", name.to_string()),
-        ("NODE_IP", ip.to_string()),
-        ("INITIAL_CLUSTER", cluster),
-        ("CLUSTER_TOKEN", format!("token-{name}")),
-        ("CLUSTER_STATE", "new".into()),
-        ("START_TIMEOUT", "5min".into()),
-        ("SETTLE", "3s".into()),
-        ("ISO_WAIT", "10min".into()),
-        ("EJECT", "false".into()),
-    ];
-    for (k, v) in overrides {
-        if let Some(slot) = values.iter_mut().find(|(key, _)| key == k) {
-            slot.1 = v.to_string();
-        }
-    }
-    let mut text = template;
-    for (k, v) in values {
-        text = text.replace(&format!("{{{{{k}}}}}"), &v);
-    }
-    assert!(!text.contains("{{"), "unrendered placeholder in:\n{text}");
-    text
-}
-
 fn boot(name: &str, iso: Option<&str>, overrides: &[(&str, &str)]) -> Vm {
     let image = Image::from_env();
     let mut spec = VmSpec::new(name);
     spec.cdrom = iso.map(|n| support::inputs::isos().join(n));
-    spec.user_data = cloud_config(name, overrides);
+    spec.user_data = support::inputs::cloud_config(name, overrides);
     let mut vm = Vm::boot(&image, spec);
     let to_ssh = vm.wait_ssh(Duration::from_secs(300));
     report(&format!("{name}: SSH after {:.1} s", to_ssh.as_secs_f64()));

@@ -51,3 +51,39 @@ pub fn make_iso(src: &Path, label: &str, out: &Path) {
         String::from_utf8_lossy(&result.stderr)
     );
 }
+
+/// Renders packaging/cloud-config.yaml.tmpl for a one-member cluster on the guest's
+/// user-mode address, with `overrides` of the defaults.
+pub fn cloud_config(name: &str, overrides: &[(&str, &str)]) -> String {
+    let template =
+        std::fs::read_to_string(super::vm::repo().join("packaging/cloud-config.yaml.tmpl"))
+            .expect("packaging/cloud-config.yaml.tmpl");
+    let ip = overrides
+        .iter()
+        .find(|(k, _)| *k == "NODE_IP")
+        .map(|(_, v)| *v)
+        .unwrap_or("10.0.2.15");
+    let cluster = format!("{name}=http://{ip}:2380");
+    let mut values = vec![
+        ("NODE_NAME", name.to_string()),
+        ("NODE_IP", ip.to_string()),
+        ("INITIAL_CLUSTER", cluster),
+        ("CLUSTER_TOKEN", format!("token-{name}")),
+        ("CLUSTER_STATE", "new".into()),
+        ("START_TIMEOUT", "5min".into()),
+        ("SETTLE", "3s".into()),
+        ("ISO_WAIT", "10min".into()),
+        ("EJECT", "false".into()),
+    ];
+    for (k, v) in overrides {
+        if let Some(slot) = values.iter_mut().find(|(key, _)| key == k) {
+            slot.1 = v.to_string();
+        }
+    }
+    let mut text = template;
+    for (k, v) in values {
+        text = text.replace(&format!("{{{{{k}}}}}"), &v);
+    }
+    assert!(!text.contains("{{"), "unrendered placeholder in:\n{text}");
+    text
+}
