@@ -17,6 +17,7 @@ pub mod reason;
 pub mod report;
 pub mod run;
 pub mod source;
+pub mod status;
 pub mod systemd;
 pub mod unit;
 

@@ -24,6 +24,16 @@ Exit codes of `check`:
   1  at least one PATH failed; its reason code and sentence are printed
   2  the command line is wrong";
 
+const STATUS_EXIT_CODES: &str = "\
+Exit codes of `status`:
+  0  etcd is running and healthy
+  1  failed: the run failed, was interrupted, or etcd stopped or is unhealthy since;
+     the reason is printed (`code: sentence`)
+  2  the command line is wrong
+  3  a run is in progress (not finished yet; --wait ended by its --timeout)
+  4  not started: no run has begun on this node
+  5  the status socket cannot be reached, or the server refused the request";
+
 /// Installs etcd on a dedicated etcd node from the Kubernetes ISO, and reports why not.
 #[derive(Parser)]
 #[command(name = "etcd-setup", version = etcd_setup::VERSION, propagate_version = true)]
@@ -42,6 +52,46 @@ enum Command {
     /// would, without root and without mounting.
     #[command(after_help = EXIT_CODES)]
     Check(CheckArgs),
+    /// Where this node is: the run's phase and reason, and etcd's live state and health,
+    /// from the status socket. Only root and the configured group may ask.
+    #[command(after_help = STATUS_EXIT_CODES)]
+    Status(StatusArgs),
+    /// The server behind the status socket, started by etcd-setup-status.socket; takes
+    /// the socket from systemd (LISTEN_FDS) or binds --socket, exits when idle.
+    #[command(hide = true)]
+    ServeStatus(ServeStatusArgs),
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// Wait until the verdict is final (running or failed), pushed by the server.
+    #[arg(long)]
+    wait: bool,
+    /// The longest --wait, e.g. "5min".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10min")]
+    timeout: std::time::Duration,
+    /// Output format; json is the answer of the socket (schema in the README).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Labelled lines instead of one.
+    #[arg(long)]
+    long: bool,
+    /// The status socket.
+    #[arg(long, value_name = "PATH", default_value = etcd_setup::status::SOCKET, hide = true)]
+    socket: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct ServeStatusArgs {
+    /// The socket to bind when systemd passes none.
+    #[arg(long, value_name = "PATH", default_value = etcd_setup::status::SOCKET)]
+    socket: PathBuf,
+    /// Exit after this long without a connection ("0" never exits).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    idle_exit: std::time::Duration,
+    /// The node's configuration (for [report] status_group and etcd.metrics_port).
+    #[arg(long, value_name = "FILE", default_value = etcd_setup::config::DEFAULT_PATH)]
+    config: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -102,6 +152,109 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run_command(args),
         Command::Check(args) => check(args),
+        Command::Status(args) => status(args),
+        Command::ServeStatus(args) => serve_status(args),
+    }
+}
+
+/// `etcd-setup status`: one request to the socket, the answer printed, its exit code.
+fn status(args: StatusArgs) -> ExitCode {
+    use etcd_setup::status::{self, ClientError, Request};
+    let request = Request {
+        version: status::PROTOCOL_VERSION,
+        wait: args.wait,
+        timeout_ms: u64::try_from(args.timeout.as_millis()).unwrap_or(u64::MAX),
+    };
+    match status::query(&args.socket, &request, std::time::Duration::from_secs(10)) {
+        Ok(answer) => {
+            match (args.format, args.long) {
+                (Format::Json, _) => match serde_json::to_string_pretty(&answer) {
+                    Ok(json) => println!("{json}"),
+                    Err(e) => {
+                        eprintln!("etcd-setup status: cannot encode the answer: {e}");
+                        return ExitCode::from(status::exit::UNREACHABLE);
+                    }
+                },
+                (Format::Text, true) => print!("{}", status::text_long(&answer)),
+                (Format::Text, false) => println!("{}", status::text_line(&answer)),
+            }
+            ExitCode::from(answer.exit_code)
+        }
+        Err(e) => {
+            match &e {
+                ClientError::Refused(body) if args.format == Format::Json => {
+                    println!("{}", serde_json::json!({ "error": body }));
+                }
+                _ => {}
+            }
+            let what = match e {
+                ClientError::Refused(_) => "refused",
+                ClientError::Unreachable(_) => "unreachable",
+            };
+            eprintln!("etcd-setup status: {what}: {e}");
+            ExitCode::from(status::exit::UNREACHABLE)
+        }
+    }
+}
+
+/// `etcd-setup serve-status`: the server behind the socket. Test hooks: the state folders
+/// from ETCD_SETUP_RUN_DIR / ETCD_SETUP_STATE_DIR, etcd's live view from the JSON file
+/// named by ETCD_SETUP_FAKE_ETCD (the host has no system bus).
+fn serve_status(args: ServeStatusArgs) -> ExitCode {
+    use etcd_setup::status::{self, server};
+    let (group, metrics_port) = match etcd_setup::config::load(&args.config) {
+        Ok(s) => (s.status_group, s.metrics_port),
+        Err(f) => {
+            if args.config.exists() {
+                eprintln!(
+                    "etcd-setup serve-status: {}; only root and group {} may query",
+                    f.headline(),
+                    etcd_setup::config::DEFAULT_STATUS_GROUP
+                );
+            }
+            (etcd_setup::config::DEFAULT_STATUS_GROUP.to_string(), 2381)
+        }
+    };
+    let mut paths = Paths::system();
+    if let Some(dir) = std::env::var_os("ETCD_SETUP_RUN_DIR") {
+        paths.run_dir = dir.into();
+    }
+    if let Some(dir) = std::env::var_os("ETCD_SETUP_STATE_DIR") {
+        paths.state_dir = dir.into();
+    }
+    let live: Arc<dyn status::LiveView> = match std::env::var_os("ETCD_SETUP_FAKE_ETCD") {
+        Some(file) => Arc::new(status::FileLive(file.into())),
+        None => Arc::new(status::SystemLive::new(metrics_port)),
+    };
+    let listener = match server::socket_from_systemd() {
+        Ok(Some(l)) => l,
+        Ok(None) => match server::bind(&args.socket) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("etcd-setup serve-status: {e:#}");
+                return ExitCode::from(1);
+            }
+        },
+        Err(e) => {
+            eprintln!("etcd-setup serve-status: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!(
+        "etcd-setup serve-status: serving {} for root and group {group}",
+        args.socket.display()
+    );
+    let options = server::Options {
+        store: etcd_setup::report::StateStore::new(paths.run_dir, paths.state_dir),
+        group,
+        idle_exit: (!args.idle_exit.is_zero()).then_some(args.idle_exit),
+    };
+    match server::serve(listener, options, live) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("etcd-setup serve-status: {e:#}");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -1,0 +1,695 @@
+//! `etcd-setup status`: one authoritative answer about this node, over a local socket.
+//!
+//! The protocol (version 1) on the unix stream socket [`SOCKET`]:
+//!
+//! - The client sends one line of JSON, at most [`MAX_REQUEST`] bytes, within
+//!   [`REQUEST_TIMEOUT`] of connecting: `{"version":1,"wait":false,"timeout_ms":0}`.
+//! - The server answers with one JSON document and a newline, then closes: an [`Answer`],
+//!   or `{"error":{"code":…,"message":…}}` (see [`ErrorBody`]).
+//! - With `"wait":true` the server holds the answer until the verdict is terminal
+//!   (`running` or `failed`) or `timeout_ms` has passed, watching the state file with
+//!   inotify; the client only waits for its reply.
+//!
+//! The answer is built from the state files ([`crate::report::StateStore`]) and a live
+//! view of etcd ([`LiveView`]: systemd over D-Bus and etcd's health endpoint), by
+//! [`evaluate`], a pure function the tests drive with fixtures. The server is in
+//! [`server`], the client in [`query`].
+
+pub mod server;
+
+use crate::health::{self, Health};
+use crate::report::{Loaded, Phase, PhaseStamp, State};
+use crate::systemd::{Systemd, UnitState};
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+/// The status socket.
+pub const SOCKET: &str = "/run/etcd-setup/status.sock";
+/// The protocol version a request names.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The version of the answer's JSON.
+pub const SCHEMA_VERSION: u32 = 1;
+/// The largest request, newline included.
+pub const MAX_REQUEST: usize = 4096;
+/// How long a client may take to send its request after connecting.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest `--wait` the server grants.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// The largest reply the client reads.
+const MAX_REPLY: u64 = 1 << 20;
+/// etcd's unit.
+const ETCD_UNIT: &str = "etcd.service";
+
+/// Exit codes of `status` (a contract: README and `--help` list them).
+pub mod exit {
+    /// etcd runs and is healthy.
+    pub const RUNNING: u8 = 0;
+    /// The run failed, or etcd stopped or is unhealthy since; the reason is printed.
+    pub const FAILED: u8 = 1;
+    /// The command line is wrong (clap's code).
+    pub const USAGE: u8 = 2;
+    /// A run is in progress (not finished yet).
+    pub const IN_PROGRESS: u8 = 3;
+    /// No run has started on this node yet.
+    pub const NOT_STARTED: u8 = 4;
+    /// The status socket cannot be reached, or the server refused the request.
+    pub const UNREACHABLE: u8 = 5;
+}
+
+/// A request: one line of JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// Hold the answer until the verdict is terminal or `timeout_ms` passed.
+    #[serde(default)]
+    pub wait: bool,
+    /// The longest wait, in milliseconds (capped at [`MAX_WAIT`]).
+    #[serde(default)]
+    pub timeout_ms: u64,
+}
+
+/// The verdict: what the exit code says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// etcd runs and is healthy.
+    Running,
+    /// The run failed, was interrupted, or etcd is unhealthy since.
+    Failed,
+    /// A run is under way.
+    InProgress,
+    /// No run has begun.
+    NotStarted,
+}
+
+impl Verdict {
+    /// The verdict as JSON and text show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Running => "running",
+            Verdict::Failed => "failed",
+            Verdict::InProgress => "in-progress",
+            Verdict::NotStarted => "not-started",
+        }
+    }
+
+    /// The exit code of `status` for this verdict.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Running => exit::RUNNING,
+            Verdict::Failed => exit::FAILED,
+            Verdict::InProgress => exit::IN_PROGRESS,
+            Verdict::NotStarted => exit::NOT_STARTED,
+        }
+    }
+
+    /// Whether `--wait` ends on this verdict.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Verdict::Running | Verdict::Failed)
+    }
+}
+
+/// A reason: stable code and one sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasonView {
+    /// The reason code, e.g. `archive-missing`.
+    pub code: String,
+    /// The sentence an operator acts on.
+    pub message: String,
+}
+
+/// The process of the run that wrote the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunView {
+    /// Its PID, when a state exists.
+    pub pid: Option<u32>,
+    /// Whether it is still alive (in this boot).
+    pub alive: bool,
+}
+
+/// etcd as systemd and its health endpoint see it now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdView {
+    /// `ActiveState`, e.g. `active`, `activating`, `failed`.
+    pub active_state: String,
+    /// `SubState`, e.g. `running`, `auto-restart`.
+    pub sub_state: String,
+    /// `NRestarts`: automatic restarts since the last start job.
+    pub n_restarts: u32,
+    /// `ActiveEnterTimestamp`, µs since the epoch; 0 if never active.
+    pub active_enter_timestamp_us: u64,
+    /// `healthy`, `unhealthy: …` or `unreachable: …`.
+    pub health: String,
+}
+
+/// The answer to a request (schema version 1; fields may be added, never changed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The run's phase, e.g. `waiting-for-iso`; `not-started` when no state exists.
+    pub phase: String,
+    /// A human line on the current phase.
+    pub progress: Option<String>,
+    /// Why the verdict is `failed`.
+    pub reason: Option<ReasonView>,
+    /// The ISO's device.
+    pub device: Option<String>,
+    /// The ISO's volume label.
+    pub label: Option<String>,
+    /// The etcd archive's SHA-256.
+    pub sha256: Option<String>,
+    /// The etcd version installed.
+    pub etcd_version: Option<String>,
+    /// Every phase entered, with its time.
+    pub phases: Vec<PhaseStamp>,
+    /// The run's process.
+    pub run: RunView,
+    /// etcd's live view; `null` before etcd is installed, or when it cannot be read.
+    pub etcd: Option<EtcdView>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The exit code `etcd-setup status` gives for it.
+    pub exit_code: u8,
+    /// When the state last changed, RFC 3339.
+    pub updated_at: Option<String>,
+    /// The state file the answer comes from.
+    pub state_file: Option<String>,
+}
+
+/// An error reply's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// `forbidden`, `bad-request`, `request-too-large`, `request-timeout`,
+    /// `unsupported-version`, `busy` or `internal-error`.
+    pub code: String,
+    /// One sentence.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// An error with `code` and `message`.
+    pub fn new(code: &str, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A reply: an answer or an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The status.
+    Answer(Box<Answer>),
+    /// The request was refused.
+    Error(ErrorBody),
+}
+
+impl Reply {
+    /// The reply's JSON, one line with a newline.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut bytes = match self {
+            Reply::Answer(a) => serde_json::to_vec(a),
+            Reply::Error(e) => serde_json::to_vec(&serde_json::json!({ "error": e })),
+        }
+        .unwrap_or_else(|_| {
+            br#"{"error":{"code":"internal-error","message":"cannot encode the reply"}}"#.to_vec()
+        });
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// Reads a reply's JSON.
+    pub fn parse(bytes: &[u8]) -> Result<Reply, String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("the reply is not JSON: {e}"))?;
+        if let Some(error) = value.get("error") {
+            return serde_json::from_value(error.clone())
+                .map(Reply::Error)
+                .map_err(|e| format!("the error reply is malformed: {e}"));
+        }
+        serde_json::from_value(value)
+            .map(|a| Reply::Answer(Box::new(a)))
+            .map_err(|e| format!("the answer is malformed: {e}"))
+    }
+}
+
+/// What the live view of etcd found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdLive {
+    /// etcd.service's properties.
+    pub unit: UnitState,
+    /// Its health endpoint.
+    pub health: Health,
+}
+
+/// Where the answer's live view of etcd comes from: systemd and the health endpoint on a
+/// node ([`SystemLive`]), a fixture in tests.
+pub trait LiveView: Send + Sync {
+    /// etcd's state now, or why it cannot be read.
+    fn etcd(&self) -> Result<EtcdLive, String>;
+}
+
+/// The live view on a node: `etcd.service` over D-Bus (one connection, kept) and
+/// `GET /health` on the metrics port. Results are kept for [`SystemLive::TTL`], so a
+/// burst of clients costs one round trip, not one each.
+pub struct SystemLive {
+    metrics: SocketAddr,
+    systemd: Mutex<Option<Systemd>>,
+    cache: Mutex<Option<(Instant, Result<EtcdLive, String>)>>,
+}
+
+impl SystemLive {
+    /// How long one look is reused.
+    pub const TTL: Duration = Duration::from_millis(500);
+
+    /// A live view asking etcd's health on 127.0.0.1:`metrics_port`.
+    pub fn new(metrics_port: u16) -> SystemLive {
+        SystemLive {
+            metrics: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
+            systemd: Mutex::new(None),
+            cache: Mutex::new(None),
+        }
+    }
+
+    fn look(&self) -> Result<EtcdLive, String> {
+        let unit = {
+            let mut sd = self.systemd.lock().unwrap_or_else(|e| e.into_inner());
+            if sd.is_none() {
+                *sd = Some(Systemd::connect().map_err(|f| f.message)?);
+            }
+            let Some(conn) = sd.as_ref() else {
+                return Err("no systemd connection".into());
+            };
+            match conn.unit_state(ETCD_UNIT) {
+                Ok(u) => u,
+                Err(f) => {
+                    // A broken connection is made again on the next look.
+                    *sd = None;
+                    return Err(f.message);
+                }
+            }
+        };
+        let health = if unit.is_active() {
+            health::check(self.metrics, Duration::from_secs(1))
+        } else {
+            Health::Unreachable(format!("etcd.service is {}", unit.active_state))
+        };
+        Ok(EtcdLive { unit, health })
+    }
+}
+
+impl LiveView for SystemLive {
+    fn etcd(&self) -> Result<EtcdLive, String> {
+        // One look at a time; the others reuse it.
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, seen)) = cache.as_ref() {
+            if at.elapsed() < Self::TTL {
+                return seen.clone();
+            }
+        }
+        let seen = self.look();
+        *cache = Some((Instant::now(), seen.clone()));
+        seen
+    }
+}
+
+/// A live view read from a JSON file on every look (a test fixture, named by the
+/// `ETCD_SETUP_FAKE_ETCD` variable of `serve-status`): `{"unit":{UnitState fields},
+/// "health":"healthy"|"unhealthy: …"|"unreachable: …"}`, or `{"error":"…"}`.
+pub struct FileLive(pub PathBuf);
+
+impl LiveView for FileLive {
+    fn etcd(&self) -> Result<EtcdLive, String> {
+        #[derive(Deserialize)]
+        struct Fixture {
+            #[serde(default)]
+            unit: UnitState,
+            #[serde(default)]
+            health: String,
+            error: Option<String>,
+        }
+        let bytes = std::fs::read(&self.0).map_err(|e| format!("{}: {e}", self.0.display()))?;
+        let f: Fixture =
+            serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", self.0.display()))?;
+        if let Some(e) = f.error {
+            return Err(e);
+        }
+        let health = match f.health.split_once(": ") {
+            _ if f.health == "healthy" => Health::Healthy,
+            Some(("unhealthy", why)) => Health::Unhealthy(why.into()),
+            Some((_, why)) => Health::Unreachable(why.into()),
+            None => Health::Unreachable(f.health),
+        };
+        Ok(EtcdLive {
+            unit: f.unit,
+            health,
+        })
+    }
+}
+
+/// `health` as the answer shows it.
+pub fn health_text(health: &Health) -> String {
+    match health {
+        Health::Healthy => "healthy".into(),
+        Health::Unhealthy(why) => format!("unhealthy: {why}"),
+        Health::Unreachable(why) => format!("unreachable: {why}"),
+    }
+}
+
+/// Whether process `pid` exists (a zombie counts; EPERM means it exists).
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
+}
+
+/// Builds the answer from the loaded state and the live view.
+///
+/// - No state, or phase `not-started`: verdict `not-started`.
+/// - A phase before `running` whose run process is gone (or whose state comes from the
+///   persistent copy, i.e. from an earlier boot): `failed`, reason `interrupted`.
+/// - `running`: `running` only while etcd.service is active and its health endpoint says
+///   healthy; otherwise `failed`, reason `etcd-unhealthy`.
+/// - `failed`: the recorded reason.
+///
+/// `live_copy` names the live state file; a state read from another file is from an
+/// earlier boot. `alive` says whether a PID lives ([`pid_alive`] on a node).
+pub fn evaluate(
+    loaded: &Loaded,
+    live_copy: &Path,
+    live: &dyn LiveView,
+    alive: &dyn Fn(u32) -> bool,
+) -> Answer {
+    let Some(state) = &loaded.state else {
+        return Answer {
+            schema_version: SCHEMA_VERSION,
+            phase: Phase::NotStarted.as_str().into(),
+            progress: Some("etcd-setup run has not started on this node".into()),
+            reason: None,
+            device: None,
+            label: None,
+            sha256: None,
+            etcd_version: None,
+            phases: Vec::new(),
+            run: RunView {
+                pid: None,
+                alive: false,
+            },
+            etcd: None,
+            verdict: Verdict::NotStarted,
+            exit_code: exit::NOT_STARTED,
+            updated_at: None,
+            state_file: None,
+        };
+    };
+    let this_boot = loaded.from.as_deref() == Some(live_copy);
+    let run_alive = this_boot && state.pid.is_some_and(alive);
+    let mut reason = state.reason.as_ref().map(|r| ReasonView {
+        code: r.code.as_str().to_string(),
+        message: r.message.clone(),
+    });
+    let wants_etcd = matches!(
+        state.phase,
+        Phase::Starting | Phase::Running | Phase::Failed
+    );
+    let etcd = wants_etcd.then(|| live.etcd());
+    let etcd_view = match &etcd {
+        Some(Ok(e)) => Some(EtcdView {
+            active_state: e.unit.active_state.clone(),
+            sub_state: e.unit.sub_state.clone(),
+            n_restarts: e.unit.n_restarts,
+            active_enter_timestamp_us: e.unit.active_enter_timestamp_us,
+            health: health_text(&e.health),
+        })
+        .filter(|_| e.unit.load_state != "not-found"),
+        _ => None,
+    };
+    let verdict = match state.phase {
+        Phase::NotStarted => Verdict::NotStarted,
+        Phase::Failed => Verdict::Failed,
+        Phase::Running => match &etcd {
+            Some(Ok(e)) if e.unit.is_active() && e.health == Health::Healthy => Verdict::Running,
+            Some(Ok(e)) => {
+                reason = Some(ReasonView {
+                    code: "etcd-unhealthy".into(),
+                    message: unhealthy_sentence(e, state),
+                });
+                Verdict::Failed
+            }
+            Some(Err(why)) => {
+                reason = Some(ReasonView {
+                    code: "etcd-unhealthy".into(),
+                    message: format!("cannot confirm that etcd.service runs: {why}"),
+                });
+                Verdict::Failed
+            }
+            None => Verdict::Failed,
+        },
+        _ if run_alive => Verdict::InProgress,
+        phase => {
+            let pid = state
+                .pid
+                .map_or_else(|| "unknown".to_string(), |p| p.to_string());
+            let when = if this_boot {
+                String::new()
+            } else {
+                " (before the last reboot)".to_string()
+            };
+            reason = Some(ReasonView {
+                code: "interrupted".into(),
+                message: format!(
+                    "the run (pid {pid}) ended without finishing, while {}{when}; run it again with `systemctl start etcd-setup`",
+                    phase.as_str()
+                ),
+            });
+            Verdict::Failed
+        }
+    };
+    Answer {
+        schema_version: SCHEMA_VERSION,
+        phase: state.phase.as_str().into(),
+        progress: state.progress.clone(),
+        reason: reason.filter(|_| verdict == Verdict::Failed),
+        device: state.device.clone(),
+        label: state.label.clone(),
+        sha256: state.sha256.clone(),
+        etcd_version: state.etcd_version.clone(),
+        phases: state.phases.clone(),
+        run: RunView {
+            pid: state.pid,
+            alive: run_alive,
+        },
+        etcd: etcd_view,
+        verdict,
+        exit_code: verdict.exit_code(),
+        updated_at: Some(state.updated_at.clone()),
+        state_file: loaded.from.as_ref().map(|p| p.display().to_string()),
+    }
+}
+
+/// Why a run that reached `running` is not healthy now.
+fn unhealthy_sentence(e: &EtcdLive, state: &State) -> String {
+    let since = state
+        .phases
+        .iter()
+        .rev()
+        .find(|p| p.phase == Phase::Running)
+        .map(|p| format!(" (etcd-setup confirmed it running at {})", p.at))
+        .unwrap_or_default();
+    let restarts = match e.unit.n_restarts {
+        1 => "1 restart".to_string(),
+        n => format!("{n} restarts"),
+    };
+    if e.unit.is_active() {
+        format!(
+            "etcd.service is active but its health check says {}{since}",
+            health_text(&e.health)
+        )
+    } else {
+        let exit = e.unit.exit();
+        let exit = if exit.is_empty() {
+            String::new()
+        } else {
+            format!("; its process {exit}")
+        };
+        format!(
+            "etcd.service is {}/{} after {restarts}{exit}{since}; see `journalctl -u etcd`",
+            e.unit.active_state, e.unit.sub_state
+        )
+    }
+}
+
+/// What the client could not do.
+#[derive(Debug)]
+pub enum ClientError {
+    /// Connecting, writing or reading failed, or the reply is malformed.
+    Unreachable(String),
+    /// The server answered with an error.
+    Refused(ErrorBody),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Unreachable(why) => f.write_str(why),
+            ClientError::Refused(e) => write!(f, "{}: {}", e.code, e.message),
+        }
+    }
+}
+
+/// Sends `request` to the server at `socket` and reads its answer. The reply may take
+/// up to the request's wait plus `slack`.
+pub fn query(socket: &Path, request: &Request, slack: Duration) -> Result<Answer, ClientError> {
+    let shown = socket.display();
+    let unreachable = |what: &str, e: &dyn std::fmt::Display| {
+        ClientError::Unreachable(format!("cannot {what} the status socket {shown}: {e}"))
+    };
+    let mut stream = UnixStream::connect(socket).map_err(|e| unreachable("connect to", &e))?;
+    let wait = if request.wait {
+        Duration::from_millis(request.timeout_ms).min(MAX_WAIT)
+    } else {
+        Duration::ZERO
+    };
+    let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(wait + slack));
+    let mut line = serde_json::to_vec(request).map_err(|e| unreachable("encode for", &e))?;
+    line.push(b'\n');
+    stream
+        .write_all(&line)
+        .map_err(|e| unreachable("write to", &e))?;
+    let reply = read_reply(&mut stream).map_err(|e| unreachable("read from", &e))?;
+    match Reply::parse(&reply) {
+        Ok(Reply::Answer(a)) => Ok(*a),
+        Ok(Reply::Error(e)) => Err(ClientError::Refused(e)),
+        Err(why) => Err(ClientError::Unreachable(format!("{shown}: {why}"))),
+    }
+}
+
+/// Reads one reply line. A reset after the line counts as its end: the server closes
+/// without reading what a client sent beyond its request.
+fn read_reply(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
+    let mut reply = Vec::new();
+    let mut limited = stream.take(MAX_REPLY);
+    let mut buf = [0u8; 8192];
+    loop {
+        match limited.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                reply.extend_from_slice(&buf[..n]);
+                if reply.ends_with(b"\n") {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset && !reply.is_empty() => break,
+            Err(e) => return Err(e),
+        }
+    }
+    if reply.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the server closed the connection without a reply",
+        ));
+    }
+    Ok(reply)
+}
+
+/// The one-line summary, e.g. `running: etcd 3.5.16 active, healthy (0 restarts)`.
+pub fn text_line(a: &Answer) -> String {
+    match a.verdict {
+        Verdict::Running => {
+            let (state, health, restarts) = a.etcd.as_ref().map_or_else(
+                || ("unknown".to_string(), "unknown".to_string(), 0),
+                |e| (e.active_state.clone(), e.health.clone(), e.n_restarts),
+            );
+            format!(
+                "running: etcd {} {state}, {health} ({restarts} restart{})",
+                a.etcd_version.as_deref().unwrap_or("(version unknown)"),
+                if restarts == 1 { "" } else { "s" }
+            )
+        }
+        Verdict::Failed => match &a.reason {
+            Some(r) => format!("failed: {}: {}", r.code, r.message),
+            None => "failed: (no reason recorded)".into(),
+        },
+        Verdict::InProgress | Verdict::NotStarted => format!(
+            "{}: {}",
+            a.phase,
+            a.progress.as_deref().unwrap_or(a.phase.as_str())
+        ),
+    }
+}
+
+/// `--long`: labelled lines.
+pub fn text_long(a: &Answer) -> String {
+    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut out = format!("verdict:  {}\n", a.verdict.as_str());
+    out.push_str(&format!("phase:    {}\n", a.phase));
+    if let Some(r) = &a.reason {
+        out.push_str(&format!("reason:   {}: {}\n", r.code, r.message));
+    }
+    out.push_str(&format!("progress: {}\n", or_dash(&a.progress)));
+    out.push_str(&format!(
+        "iso:      {} (label {})\n",
+        or_dash(&a.device),
+        or_dash(&a.label)
+    ));
+    out.push_str(&format!(
+        "etcd:     {} sha256 {}\n",
+        or_dash(&a.etcd_version),
+        or_dash(&a.sha256)
+    ));
+    match &a.etcd {
+        Some(e) => out.push_str(&format!(
+            "unit:     etcd.service {}/{}, {} restart(s), active since {}; {}\n",
+            e.active_state,
+            e.sub_state,
+            e.n_restarts,
+            micros_text(e.active_enter_timestamp_us),
+            e.health
+        )),
+        None => out.push_str("unit:     -\n"),
+    }
+    let pid = a.run.pid.map_or_else(|| "-".into(), |p| p.to_string());
+    out.push_str(&format!(
+        "run:      pid {pid} ({})\n",
+        if a.run.alive { "alive" } else { "not running" }
+    ));
+    let phases: Vec<String> = a
+        .phases
+        .iter()
+        .map(|p| format!("{} {}", p.phase, p.at))
+        .collect();
+    out.push_str(&format!(
+        "phases:   {}\n",
+        if phases.is_empty() {
+            "-".into()
+        } else {
+            phases.join(", ")
+        }
+    ));
+    out.push_str(&format!("updated:  {}\n", or_dash(&a.updated_at)));
+    out
+}
+
+fn micros_text(us: u64) -> String {
+    if us == 0 {
+        return "never".into();
+    }
+    crate::report::rfc3339(UNIX_EPOCH + Duration::from_micros(us))
+}

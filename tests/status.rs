@@ -1,0 +1,531 @@
+//! `etcd-setup status` and `serve-status` on the host: the protocol, who may ask, hostile
+//! clients, every exit code, `--wait` and stale runs. The server is the real binary, given
+//! its socket the way systemd gives it (LISTEN_FDS, fd 3); etcd's live view comes from a
+//! JSON fixture (ETCD_SETUP_FAKE_ETCD), since the host has no system bus.
+
+use etcd_setup::reason::{Failure, ReasonCode};
+use etcd_setup::report::{Phase, State, StateStore};
+use etcd_setup::systemd::UnitState;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
+
+/// A valid configuration with `[report] status_group = GROUP`.
+fn config(group: &str) -> String {
+    format!(
+        r#"
+[node]
+name = "etcd-1"
+ip = "10.1.1.11"
+
+[etcd]
+initial_cluster = "etcd-1=http://10.1.1.11:2380"
+cluster_token = "tok"
+
+[report]
+status_group = "{group}"
+"#
+    )
+}
+
+/// A server on a socket in a temporary folder, with its state folders and fixtures.
+struct Server {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Server {
+    /// A server reading the configuration `config` (none when `None`).
+    fn start(config: Option<&str>) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        // The unprivileged client must reach the socket inside.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let socket = dir.path().join("status.sock");
+        let config_path = dir.path().join("config.toml");
+        if let Some(text) = config {
+            std::fs::write(&config_path, text).unwrap();
+        }
+        // The socket is listening before the server starts, as with systemd: no race.
+        let listener = UnixListener::bind(&socket).unwrap();
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let raw = listener.as_raw_fd();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "export LISTEN_PID=$$; exec \"$@\"", "sh", BIN])
+            .args(["serve-status", "--idle-exit", "0", "--config"])
+            .arg(&config_path)
+            .env("LISTEN_FDS", "1")
+            .env("ETCD_SETUP_RUN_DIR", dir.path().join("run"))
+            .env("ETCD_SETUP_STATE_DIR", dir.path().join("lib"))
+            .env("ETCD_SETUP_FAKE_ETCD", dir.path().join("etcd.json"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+                let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+                if raw == 3 {
+                    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
+                } else {
+                    std::mem::forget(nix::unistd::dup2_raw(fd, 3)?);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        drop(listener);
+        let server = Server { dir, child };
+        server.etcd(&fake_unit("active", "running", 3), "healthy");
+        server
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("status.sock")
+    }
+
+    fn store(&self) -> StateStore {
+        StateStore::new(self.dir.path().join("run"), self.dir.path().join("lib"))
+    }
+
+    /// Sets etcd's live view.
+    fn etcd(&self, unit: &UnitState, health: &str) {
+        let json = serde_json::json!({ "unit": unit, "health": health });
+        let path = self.dir.path().join("etcd.json");
+        etcd_setup::report::atomic_write(&path, json.to_string().as_bytes(), 0o644, None).unwrap();
+    }
+
+    /// `etcd-setup status ARGS` against this server.
+    fn status(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .arg("status")
+            .args(args)
+            .arg("--socket")
+            .arg(self.socket())
+            .output()
+            .unwrap()
+    }
+
+    /// Sends `bytes` raw and returns the reply line.
+    fn raw(&self, bytes: &[u8]) -> serde_json::Value {
+        let mut s = UnixStream::connect(self.socket()).unwrap();
+        s.write_all(bytes).unwrap();
+        reply(&mut s)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn reply(s: &mut UnixStream) -> serde_json::Value {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+fn fake_unit(active: &str, sub: &str, restarts: u32) -> UnitState {
+    UnitState {
+        load_state: "loaded".into(),
+        active_state: active.into(),
+        sub_state: sub.into(),
+        n_restarts: restarts,
+        active_enter_timestamp_us: 1_780_000_000_000_000,
+        ..UnitState::default()
+    }
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A state in `phase` written by this (living) test process.
+fn state(phase: Phase) -> State {
+    let mut s = State::begin(Phase::WaitingForIso);
+    if phase > Phase::WaitingForIso && phase != Phase::Failed {
+        s.device = Some("/dev/sr0".into());
+        s.label = Some("KUBERNETES".into());
+        s.enter(Phase::Validating, SystemTime::now());
+        s.sha256 = Some("ab".repeat(32));
+        s.etcd_version = Some("3.5.16".into());
+        s.enter(phase, SystemTime::now());
+    }
+    s.progress = Some("waiting for the Kubernetes ISO, 12 s of 600 s".into());
+    s
+}
+
+fn failed(code: ReasonCode, message: &str) -> State {
+    let mut s = State::begin(Phase::WaitingForIso);
+    s.fail(&Failure::new(code, message), SystemTime::now());
+    s
+}
+
+/// A PID no process has: a child that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[test]
+fn exit_4_and_not_started_before_any_run() {
+    let server = Server::start(None);
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(text(&out).starts_with("not-started: "), "{}", text(&out));
+    let out = server.status(&["--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["verdict"], "not-started");
+    assert_eq!(json["exit_code"], 4);
+}
+
+#[test]
+fn exit_0_when_etcd_runs_and_is_healthy() {
+    let server = Server::start(None);
+    server.store().save(&state(Phase::Running)).unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out),
+        "running: etcd 3.5.16 active, healthy (3 restarts)\n"
+    );
+    let out = server.status(&["--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["phase"], "running");
+    assert_eq!(json["device"], "/dev/sr0");
+    assert_eq!(json["label"], "KUBERNETES");
+    assert_eq!(json["etcd"]["active_state"], "active");
+    assert_eq!(json["etcd"]["n_restarts"], 3);
+    assert_eq!(json["etcd"]["health"], "healthy");
+    assert_eq!(json["reason"], serde_json::Value::Null);
+    let phases: Vec<&str> = json["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["waiting-for-iso", "validating", "running"]);
+    let out = server.status(&["--long"]);
+    assert_eq!(out.status.code(), Some(0));
+    for label in [
+        "verdict:  running",
+        "iso:      /dev/sr0 (label KUBERNETES)",
+        "unit:     etcd.service active/running",
+    ] {
+        assert!(text(&out).contains(label), "{label}: {}", text(&out));
+    }
+}
+
+#[test]
+fn exit_1_with_the_recorded_reason_after_a_failed_run() {
+    let server = Server::start(None);
+    let message =
+        "the Kubernetes ISO on /dev/sr0 (label CDROM) has no etcd/etcd-linux-amd64.tar.gz";
+    server
+        .store()
+        .save(&failed(ReasonCode::ArchiveMissing, message))
+        .unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(text(&out), format!("failed: archive-missing: {message}\n"));
+}
+
+#[test]
+fn exit_1_etcd_unhealthy_when_etcd_crash_loops_after_a_successful_run() {
+    let server = Server::start(None);
+    server.store().save(&state(Phase::Running)).unwrap();
+    server.etcd(
+        &fake_unit("activating", "auto-restart", 5),
+        "unreachable: refused",
+    );
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out).starts_with(
+            "failed: etcd-unhealthy: etcd.service is activating/auto-restart after 5 restarts"
+        ),
+        "{}",
+        text(&out)
+    );
+    // Active but not healthy is no better.
+    server.etcd(
+        &fake_unit("active", "running", 0),
+        "unhealthy: HTTP 503: no leader",
+    );
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("health check says unhealthy: HTTP 503"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn exit_3_with_the_progress_line_while_a_run_is_under_way() {
+    let server = Server::start(None);
+    server.store().save(&state(Phase::WaitingForIso)).unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(
+        text(&out),
+        "waiting-for-iso: waiting for the Kubernetes ISO, 12 s of 600 s\n"
+    );
+}
+
+#[test]
+fn a_run_whose_process_is_gone_is_reported_interrupted() {
+    let server = Server::start(None);
+    let mut s = state(Phase::Validating);
+    let pid = dead_pid();
+    s.pid = Some(pid);
+    server.store().save(&s).unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out).starts_with(&format!(
+            "failed: interrupted: the run (pid {pid}) ended without finishing, while validating"
+        )),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn after_a_reboot_an_unfinished_run_is_interrupted_even_if_its_pid_is_reused() {
+    let server = Server::start(None);
+    // Only the persistent copy: /run was emptied by the reboot. The PID is alive (ours).
+    let lib = server.dir.path().join("lib");
+    StateStore::new(&lib, &lib)
+        .save(&state(Phase::Installing))
+        .unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out).contains("before the last reboot"),
+        "{}",
+        text(&out)
+    );
+    // A finished run answers from the persistent copy as it was.
+    StateStore::new(&lib, &lib)
+        .save(&state(Phase::Running))
+        .unwrap();
+    assert_eq!(server.status(&[]).status.code(), Some(0));
+}
+
+#[test]
+fn exit_5_when_the_socket_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["status", "--socket"])
+        .arg(dir.path().join("none.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect to the status socket"));
+}
+
+#[test]
+fn exit_2_on_a_bad_command_line_and_help_lists_every_exit_code() {
+    for args in [
+        vec!["status", "--timeout", "soon"],
+        vec!["status", "--format", "xml"],
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    let out = Command::new(BIN)
+        .args(["status", "--help"])
+        .output()
+        .unwrap();
+    let help = text(&out);
+    for code in [
+        "0  etcd is running",
+        "1  failed",
+        "2  the command line",
+        "3  a run is in progress",
+        "4  not started",
+        "5  the status socket",
+    ] {
+        assert!(help.contains(code), "{code}: {help}");
+    }
+}
+
+#[test]
+fn protocol_answers_good_requests_and_names_each_bad_one() {
+    let server = Server::start(None);
+    let good = server.raw(b"{\"version\":1,\"wait\":false,\"timeout_ms\":0}\n");
+    assert_eq!(good["schema_version"], 1);
+    assert_eq!(good["verdict"], "not-started");
+    let cases: [(&[u8], &str); 4] = [
+        (b"GET / HTTP/1.0\r\n\r\n", "bad-request"),
+        (b"{\"version\":2}\n", "unsupported-version"),
+        (b"{\"version\":\"one\"}\n", "bad-request"),
+        (&[b' '; 5000], "request-too-large"),
+    ];
+    for (bytes, code) in cases {
+        let reply = server.raw(bytes);
+        assert_eq!(reply["error"]["code"], code, "{reply}");
+    }
+}
+
+#[test]
+fn a_silent_client_times_out_without_delaying_another() {
+    let server = Server::start(None);
+    let mut silent = UnixStream::connect(server.socket()).unwrap();
+    // Another client is answered while the silent one still waits for its timeout.
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(4));
+    silent.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        silent.read(&mut buf).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock,
+        "the silent client was answered before the other"
+    );
+    silent.set_nonblocking(false).unwrap();
+    let reply = reply(&mut silent);
+    assert_eq!(reply["error"]["code"], "request-timeout", "{reply}");
+}
+
+#[test]
+fn a_client_writing_10_mb_gets_an_error_and_the_server_stays_up() {
+    let server = Server::start(None);
+    let mut flood = UnixStream::connect(server.socket()).unwrap();
+    let mut writer = flood.try_clone().unwrap();
+    let t = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..10 {
+            if writer.write_all(&chunk).is_err() {
+                break; // the server closed: expected
+            }
+        }
+    });
+    let reply = reply(&mut flood);
+    assert_eq!(reply["error"]["code"], "request-too-large", "{reply}");
+    drop(flood);
+    t.join().unwrap();
+    assert_eq!(server.status(&[]).status.code(), Some(4));
+}
+
+/// Runs `etcd-setup status` as uid/gid 65534 with no supplementary groups.
+fn status_as_nobody(server: &Server) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            BIN,
+            "status",
+            "--socket",
+        ])
+        .arg(server.socket())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn others_than_root_and_the_group_are_refused_by_name() {
+    let server = Server::start(None); // no configuration: group cloud
+    let out = status_as_nobody(&server);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("forbidden")
+            && err.contains("only root and members of group cloud may query etcd-setup status"),
+        "{err}"
+    );
+}
+
+#[test]
+fn members_of_the_configured_group_are_allowed() {
+    let server = Server::start(Some(&config("nogroup")));
+    let out = status_as_nobody(&server);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(text(&out).starts_with("not-started: "));
+}
+
+#[test]
+fn wait_returns_when_the_run_reaches_a_terminal_phase() {
+    let server = Server::start(None);
+    let store = server.store();
+    let mut s = state(Phase::WaitingForIso);
+    store.save(&s).unwrap();
+    let started = Instant::now();
+    let client = Command::new(BIN)
+        .args(["status", "--wait", "--timeout", "10min", "--socket"])
+        .arg(server.socket())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The client waits on the server, which waits on the state file.
+    s.fail(
+        &Failure::new(
+            ReasonCode::IsoTimeout,
+            "no Kubernetes ISO appeared within 600 s",
+        ),
+        SystemTime::now(),
+    );
+    store.save(&s).unwrap();
+    let out = client.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out),
+        "failed: iso-timeout: no Kubernetes ISO appeared within 600 s\n"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(300),
+        "answered at the timeout, not at the change"
+    );
+}
+
+#[test]
+fn wait_answers_in_progress_when_its_timeout_passes() {
+    let server = Server::start(None);
+    server.store().save(&state(Phase::WaitingForIso)).unwrap();
+    let out = server.status(&["--wait", "--timeout", "300ms"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+}
+
+#[test]
+fn without_systemd_it_binds_the_path_itself_and_exits_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("sub").join("status.sock");
+    let mut child = Command::new(BIN)
+        .args(["serve-status", "--idle-exit", "1s", "--config"])
+        .arg(dir.path().join("none.toml"))
+        .arg("--socket")
+        .arg(&socket)
+        .env("ETCD_SETUP_RUN_DIR", dir.path().join("run"))
+        .env("ETCD_SETUP_STATE_DIR", dir.path().join("lib"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("serving"), "{line}");
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o666);
+    let out = Command::new(BIN)
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert!(child.wait().unwrap().success());
+    let _ = Path::new(&socket);
+}
