@@ -65,7 +65,7 @@ fn main() {
         "etcd-setup run ended with exit status {status}, {:.1} s after the insert",
         inserted.elapsed().as_secs_f64()
     ));
-    show(&vm, "journalctl -b -u etcd-setup -o cat --no-pager");
+    show(&vm, "sudo journalctl -b -u etcd-setup -o cat --no-pager");
     if status == "0" {
         show(&vm, "systemctl status etcd --no-pager | head -n 12");
         show(
@@ -75,6 +75,8 @@ fn main() {
     } else {
         show(&vm, "cat /home/cloud/etcd-setup-failed");
     }
+    // cloud-init's runcmd ran the same job; once it is done the state is final.
+    vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
     show(&vm, "sudo cat /run/etcd-setup/state.json");
 
     if keep {

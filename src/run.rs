@@ -152,6 +152,8 @@ impl Reporter {
     /// Keeps what an earlier successful run installed (device, label, digest, version)
     /// in this run's state, which verifies it.
     fn carry_over(&mut self, previous: State) {
+        // The timeline goes on from the install, so status shows when etcd came up.
+        self.state.phases = previous.phases;
         self.state.device = previous.device;
         self.state.label = previous.label;
         self.state.sha256 = previous.sha256;
@@ -435,7 +437,11 @@ fn start_and_confirm(
     shared: &SharedReporter,
 ) -> Result<(), Failure> {
     with(shared, |r| {
-        r.enter(Phase::Starting, "starting etcd.service")
+        if r.phase() == Phase::Starting {
+            r.progress("starting etcd.service")
+        } else {
+            r.enter(Phase::Starting, "starting etcd.service")
+        }
     });
     sd.reload()?;
     // A unit that hit its start limit in an earlier run would refuse to start at once.

@@ -128,6 +128,22 @@ fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
     assert_eq!(doc["etcd_version"], "3.5.1");
     assert_eq!(doc["device"], "/dev/sr0");
     assert_eq!(doc["label"], "CDROM");
+    let phases: Vec<&str> = doc["phases"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["phase"].as_str()).collect())
+        .unwrap_or_default();
+    for phase in [
+        "waiting-for-iso",
+        "validating",
+        "installing",
+        "starting",
+        "running",
+    ] {
+        assert!(
+            phases.contains(&phase),
+            "the timeline lost {phase}: {phases:?}"
+        );
+    }
     let mode = root(&vm, "stat -c '%a %U' /var/lib/etcd");
     assert_eq!(mode.trim(), "700 etcd", "etcd data dir");
     verdict(
