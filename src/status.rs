@@ -693,3 +693,139 @@ fn micros_text(us: u64) -> String {
     }
     crate::report::rfc3339(UNIX_EPOCH + Duration::from_micros(us))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reason::{Failure, ReasonCode};
+    use std::time::SystemTime;
+
+    struct Fixed(Result<EtcdLive, String>);
+
+    impl LiveView for Fixed {
+        fn etcd(&self) -> Result<EtcdLive, String> {
+            self.0.clone()
+        }
+    }
+
+    fn unit(load: &str, active: &str, sub: &str, restarts: u32) -> UnitState {
+        UnitState {
+            load_state: load.into(),
+            active_state: active.into(),
+            sub_state: sub.into(),
+            n_restarts: restarts,
+            ..UnitState::default()
+        }
+    }
+
+    fn healthy() -> Fixed {
+        Fixed(Ok(EtcdLive {
+            unit: unit("loaded", "active", "running", 0),
+            health: Health::Healthy,
+        }))
+    }
+
+    const LIVE: &str = "/run/etcd-setup/state.json";
+
+    fn loaded(state: State) -> Loaded {
+        Loaded {
+            state: Some(state),
+            from: Some(PathBuf::from(LIVE)),
+            notes: Vec::new(),
+        }
+    }
+
+    fn running() -> State {
+        let mut s = State::begin(Phase::WaitingForIso);
+        s.etcd_version = Some("3.5.16".into());
+        s.enter(Phase::Running, SystemTime::now());
+        s
+    }
+
+    fn eval(l: &Loaded, live: &dyn LiveView, alive: bool) -> Answer {
+        evaluate(l, Path::new(LIVE), live, &move |_| alive)
+    }
+
+    #[test]
+    fn running_and_healthy_is_running_with_exit_0() {
+        let a = eval(&loaded(running()), &healthy(), false);
+        assert_eq!((a.verdict, a.exit_code), (Verdict::Running, 0));
+        assert_eq!(
+            text_line(&a),
+            "running: etcd 3.5.16 active, healthy (0 restarts)"
+        );
+        assert_eq!(a.reason, None);
+    }
+
+    #[test]
+    fn systemd_unreachable_while_running_is_failed_not_running() {
+        let a = eval(&loaded(running()), &Fixed(Err("no bus".into())), false);
+        assert_eq!(a.verdict, Verdict::Failed);
+        let r = a.reason.unwrap();
+        assert_eq!(r.code, "etcd-unhealthy");
+        assert!(r.message.contains("no bus"), "{}", r.message);
+        assert_eq!(a.etcd, None);
+    }
+
+    #[test]
+    fn a_stopped_etcd_names_its_exit_and_the_time_it_was_confirmed() {
+        let mut u = unit("loaded", "failed", "failed", 5);
+        u.exec_main_code = 1;
+        u.exec_main_status = 1;
+        let live = Fixed(Ok(EtcdLive {
+            unit: u,
+            health: Health::Unreachable("etcd.service is failed".into()),
+        }));
+        let a = eval(&loaded(running()), &live, false);
+        let m = a.reason.unwrap().message;
+        assert!(
+            m.starts_with("etcd.service is failed/failed after 5 restarts; its process exited with status 1 (etcd-setup confirmed it running at "),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_failed_run_keeps_its_reason_and_shows_an_absent_unit_as_null() {
+        let mut s = State::begin(Phase::WaitingForIso);
+        s.fail(
+            &Failure::new(ReasonCode::ArchiveMissing, "no etcd on the ISO"),
+            SystemTime::now(),
+        );
+        let live = Fixed(Ok(EtcdLive {
+            unit: unit("not-found", "inactive", "dead", 0),
+            health: Health::Unreachable("etcd.service is inactive".into()),
+        }));
+        let a = eval(&loaded(s), &live, false);
+        assert_eq!((a.verdict, a.exit_code), (Verdict::Failed, 1));
+        assert_eq!(text_line(&a), "failed: archive-missing: no etcd on the ISO");
+        assert_eq!(a.etcd, None);
+    }
+
+    #[test]
+    fn an_unfinished_phase_is_in_progress_only_while_its_run_lives() {
+        let s = State::begin(Phase::WaitingForIso);
+        let a = eval(&loaded(s.clone()), &healthy(), true);
+        assert_eq!((a.verdict, a.exit_code), (Verdict::InProgress, 3));
+        assert!(a.run.alive && a.reason.is_none() && a.etcd.is_none());
+        let a = eval(&loaded(s), &healthy(), false);
+        assert_eq!(a.verdict, Verdict::Failed);
+        assert_eq!(a.reason.unwrap().code, "interrupted");
+    }
+
+    #[test]
+    fn no_state_is_not_started_with_exit_4() {
+        let a = eval(&Loaded::default(), &healthy(), true);
+        assert_eq!((a.verdict, a.exit_code), (Verdict::NotStarted, 4));
+        assert_eq!(a.phase, "not-started");
+    }
+
+    #[test]
+    fn replies_survive_a_round_trip() {
+        let a = eval(&loaded(running()), &healthy(), true);
+        let line = Reply::Answer(Box::new(a.clone())).to_line();
+        assert!(line.ends_with(b"\n") && !line[..line.len() - 1].contains(&b'\n'));
+        assert_eq!(Reply::parse(&line).unwrap(), Reply::Answer(Box::new(a)));
+        let e = Reply::Error(ErrorBody::new("busy", "try again"));
+        assert_eq!(Reply::parse(&e.to_line()).unwrap(), e);
+    }
+}

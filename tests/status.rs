@@ -529,3 +529,81 @@ fn without_systemd_it_binds_the_path_itself_and_exits_when_idle() {
     assert!(child.wait().unwrap().success());
     let _ = Path::new(&socket);
 }
+
+#[test]
+fn a_waiting_request_is_answered_by_the_server_when_the_state_changes() {
+    let server = Server::start(None);
+    let store = server.store();
+    let mut s = state(Phase::Starting);
+    store.save(&s).unwrap();
+    let mut waiter = UnixStream::connect(server.socket()).unwrap();
+    waiter
+        .write_all(b"{\"version\":1,\"wait\":true,\"timeout_ms\":600000}\n")
+        .unwrap();
+    // Another client is answered meanwhile, and the waiter still has no reply: the run
+    // is in progress, so the server holds it.
+    assert_eq!(server.status(&[]).status.code(), Some(3));
+    waiter.set_nonblocking(true).unwrap();
+    assert_eq!(
+        waiter.read(&mut [0u8; 16]).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    waiter.set_nonblocking(false).unwrap();
+    s.enter(Phase::Running, SystemTime::now());
+    store.save(&s).unwrap();
+    let reply = reply(&mut waiter);
+    assert_eq!(reply["verdict"], "running", "{reply}");
+    assert_eq!(reply["exit_code"], 0);
+}
+
+#[test]
+fn a_half_closed_waiting_client_still_gets_its_answer() {
+    let server = Server::start(None);
+    server.store().save(&state(Phase::WaitingForIso)).unwrap();
+    let mut waiter = UnixStream::connect(server.socket()).unwrap();
+    waiter
+        .write_all(b"{\"version\":1,\"wait\":true,\"timeout_ms\":1500}\n")
+        .unwrap();
+    waiter.shutdown(std::net::Shutdown::Write).unwrap();
+    let reply = reply(&mut waiter);
+    assert_eq!(reply["verdict"], "in-progress", "{reply}");
+}
+
+#[test]
+fn a_waiting_client_that_hangs_up_frees_the_server_to_exit_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("status.sock");
+    let run = dir.path().join("run");
+    StateStore::new(&run, dir.path().join("lib"))
+        .save(&state(Phase::WaitingForIso))
+        .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve-status", "--idle-exit", "1s", "--config"])
+        .arg(dir.path().join("none.toml"))
+        .arg("--socket")
+        .arg(&socket)
+        .env("ETCD_SETUP_RUN_DIR", &run)
+        .env("ETCD_SETUP_STATE_DIR", dir.path().join("lib"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut waiter = UnixStream::connect(&socket).unwrap();
+    waiter
+        .write_all(b"{\"version\":1,\"wait\":true,\"timeout_ms\":3600000}\n")
+        .unwrap();
+    drop(waiter);
+    // Were the hour-long wait kept, the server would not be idle for an hour.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let exited = rx.recv_timeout(Duration::from_secs(120));
+    assert!(
+        matches!(exited, Ok(Ok(s)) if s.success()),
+        "the server kept waiting for a client that hung up: {exited:?}"
+    );
+}

@@ -399,10 +399,26 @@ fn answer(stream: &UnixStream, bytes: &[u8], shared: &Shared) -> Reply {
         if answer.verdict.is_terminal() || now >= deadline {
             return Reply::Answer(Box::new(answer));
         }
+        if hung_up(stream) {
+            // Nobody to answer: free the connection's slot now, not at the deadline.
+            return Reply::Error(ErrorBody::new("gone", "the client hung up while waiting"));
+        }
         shared
             .changes
             .wait_past(seen, (deadline - now).min(RECHECK));
     }
+}
+
+/// Whether the client closed its end entirely (a waiting client that gave up). POLLHUP
+/// comes only when both directions are shut, so a client that only half-closed (shut its
+/// write side after the request) still gets its answer.
+fn hung_up(stream: &UnixStream) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
 /// Reads one request line: at most [`MAX_REQUEST`] bytes within [`REQUEST_TIMEOUT`].
