@@ -60,6 +60,34 @@ fn failure_line(vm: &Vm) -> String {
         .to_string()
 }
 
+/// Waits (in the guest, at most 120 s) until the run reports it is waiting for the ISO.
+fn wait_until_waiting_for_iso(vm: &Vm) {
+    root(
+        vm,
+        "timeout 120 sh -c 'until grep -q \"waiting-for-iso\" /run/etcd-setup/state.json 2>/dev/null; do sleep 0.2; done'",
+    );
+}
+
+/// Inserts `iso` over QMP and returns the seconds until `condition` (a shell test) holds
+/// in the guest, an upper bound: a guest-side watcher prints the guest time it first sees
+/// the condition, turned into host time with a low clock offset.
+fn insert_and_time(vm: &mut Vm, iso: &str, condition: &str) -> f64 {
+    let offset = vm.clock_offset();
+    let watcher = support::vm::spawn_in_guest(
+        vm,
+        &format!("timeout 120 sh -c 'until {condition}; do sleep 0.05; done; date +%s.%N'"),
+    );
+    std::thread::sleep(Duration::from_millis(1500)); // let the watcher start before the insert
+    let inserted = support::vm::unix_now();
+    vm.insert_cdrom(&support::inputs::isos().join(iso));
+    let seen = watcher.join().expect("watcher");
+    let at: f64 = seen
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("watcher said {seen:?}"));
+    at - offset - inserted
+}
+
 /// etcd neither enabled nor active, and nothing left half-installed.
 fn assert_etcd_off(vm: &Vm) {
     let enabled = vm.ssh("systemctl is-enabled etcd.service");
@@ -214,8 +242,7 @@ fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
 #[test]
 fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
     let mut vm = boot("run-b", None, &[]);
-    let wait_phase = "timeout 120 sh -c 'until grep -q \"waiting-for-iso\" /run/etcd-setup/state.json 2>/dev/null; do sleep 0.2; done'";
-    root(&vm, wait_phase);
+    wait_until_waiting_for_iso(&vm);
 
     // SIGTERM while waiting: exit 4, reason recorded, etcd off.
     root(&vm, "systemctl stop etcd-setup");
@@ -230,18 +257,12 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
     verdict("exit 4: SIGTERM while waiting for the ISO", 0.0, &line);
 
     root(&vm, "systemctl start --no-block etcd-setup");
-    root(&vm, &wait_phase.replace("120", "60"));
-    let offset = vm.clock_offset();
-    let watcher = support::vm::spawn_in_guest(&vm, "timeout 120 sh -c 'until [ \"$(systemctl is-active etcd.service)\" = active ]; do sleep 0.1; done; date +%s.%N'");
-    std::thread::sleep(Duration::from_millis(1500)); // let the watcher start before the insert
-    let inserted = support::vm::unix_now();
-    vm.insert_cdrom(&support::inputs::isos().join("k8s-etcd-3.5.1.iso"));
-    let seen = watcher.join().expect("watcher");
-    let active_at: f64 = seen
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("watcher said {seen:?}"));
-    let secs = active_at - offset - inserted;
+    wait_until_waiting_for_iso(&vm);
+    let secs = insert_and_time(
+        &mut vm,
+        "k8s-etcd-3.5.1.iso",
+        "[ \"$(systemctl is-active etcd.service)\" = active ]",
+    );
     let (status, _) = wait_unit_exit(&vm, Duration::from_secs(300));
     assert_eq!(status, 0);
     assert_etcd_healthy(&vm);
@@ -300,23 +321,8 @@ fn c_no_iso_times_out_with_a_reason_listing_the_discs() {
 #[test]
 fn d_iso_without_etcd_fails_archive_missing_within_seconds() {
     let mut vm = boot("run-d", None, &[]);
-    root(&vm, "timeout 120 sh -c 'until grep -q \"waiting-for-iso\" /run/etcd-setup/state.json 2>/dev/null; do sleep 0.2; done'");
-    let offset = vm.clock_offset();
-    let watcher = support::vm::spawn_in_guest(
-        &vm,
-        &format!(
-            "timeout 120 sh -c 'until [ -s {FAILED_FILE} ]; do sleep 0.05; done; date +%s.%N'"
-        ),
-    );
-    std::thread::sleep(Duration::from_millis(1500));
-    let inserted = support::vm::unix_now();
-    vm.insert_cdrom(&support::inputs::isos().join("k8s-no-etcd.iso"));
-    let seen = watcher.join().expect("watcher");
-    let at: f64 = seen
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("watcher said {seen:?}"));
-    let secs = at - offset - inserted;
+    wait_until_waiting_for_iso(&vm);
+    let secs = insert_and_time(&mut vm, "k8s-no-etcd.iso", &format!("[ -s {FAILED_FILE} ]"));
     let (status, _) = wait_unit_exit(&vm, Duration::from_secs(60));
     assert_eq!(status, 1);
     let line = failure_line(&vm);
@@ -388,7 +394,7 @@ fn f_etcd_that_cannot_start_is_reported_and_not_left_crash_looping() {
 #[test]
 fn h_a_run_killed_during_extraction_is_recovered_by_the_next_run() {
     let mut vm = boot("run-h", None, &[]);
-    root(&vm, "timeout 120 sh -c 'until grep -q \"waiting-for-iso\" /run/etcd-setup/state.json 2>/dev/null; do sleep 0.2; done'");
+    wait_until_waiting_for_iso(&vm);
     // In the guest: as soon as the state says "validating", SIGKILL the run and say in
     // which phase it was (the first "phase" key is the current one, read just before).
     let killer = support::vm::spawn_in_guest(
