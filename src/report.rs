@@ -391,6 +391,14 @@ pub struct State {
     /// The same, in milliseconds since the UNIX epoch.
     #[serde(default)]
     pub updated_unix_ms: u64,
+    /// This member's etcd name (`node.name`), recorded when the run starts, so `status`
+    /// names it without reading the configuration. `null` in states of older agents.
+    #[serde(default)]
+    pub member_name: Option<String>,
+    /// etcd.service's `NRestarts` when this run confirmed it running: `status` counts the
+    /// restarts since from it. `null` before `running`, and in states of older agents.
+    #[serde(default)]
+    pub confirmed_n_restarts: Option<u32>,
 }
 
 impl State {
@@ -419,6 +427,8 @@ impl State {
             agent_version: crate::VERSION.to_string(),
             updated_at: rfc3339(now),
             updated_unix_ms: unix_ms(now),
+            member_name: None,
+            confirmed_n_restarts: None,
         }
     }
 

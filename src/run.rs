@@ -160,8 +160,9 @@ impl Reporter {
         self.state.etcd_version = previous.etcd_version;
     }
 
-    /// Records success: the failure file goes, the state says running.
-    fn succeed(&mut self, text: &str) {
+    /// Records success with etcd.service's `NRestarts` at that moment (status counts
+    /// later restarts from it): the failure file goes, the state says running.
+    fn succeed(&mut self, text: &str, n_restarts: u32) {
         if let Err(e) = report::clear_failure(&self.failure_file) {
             self.log(
                 4,
@@ -169,6 +170,7 @@ impl Reporter {
             );
         }
         self.state.reason = None;
+        self.state.confirmed_n_restarts = Some(n_restarts);
         self.enter(Phase::Running, text);
     }
 
@@ -199,11 +201,13 @@ pub fn run(
             return exit::CONFIG;
         }
     };
-    let reporter = Reporter::new(
+    let mut reporter = Reporter::new(
         paths,
         settings.failure_file.clone(),
         settings.failure_owner.clone(),
     );
+    // status names the member from the state, without reading the configuration.
+    reporter.state.member_name = Some(settings.node_name.clone());
     *lock(shared) = Some(reporter);
     let started = SystemTime::now();
 
@@ -541,7 +545,14 @@ fn start_and_confirm(
         // etcd's health has no event to await: ask again shortly.
         std::thread::sleep(Duration::from_millis(500));
     }
-    with(shared, |r| r.succeed("etcd is running and healthy"));
+    // The baseline for status's crash-loop rule: restarts after this one are news. The
+    // settle watch saw none beyond `base`; a read that fails keeps that.
+    let confirmed = sd
+        .unit_state(ETCD_UNIT)
+        .map_or(base.n_restarts, |s| s.n_restarts);
+    with(shared, |r| {
+        r.succeed("etcd is running and healthy", confirmed)
+    });
     Ok(())
 }
 

@@ -362,3 +362,26 @@ fn unknown_fields_from_a_newer_agent_are_ignored() {
     fs::write(store.persist_path(), json.to_string()).unwrap();
     assert_eq!(store.load().unwrap(), Some(s));
 }
+
+#[test]
+fn a_state_of_an_older_agent_loads_without_member_name_or_restart_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let mut s = sample_state();
+    s.member_name = Some("etcd-1".into());
+    s.confirmed_n_restarts = Some(2);
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["member_name"], "etcd-1");
+    assert_eq!(json["confirmed_n_restarts"], 2);
+    let mut old = json.clone();
+    let fields = old.as_object_mut().unwrap();
+    fields.remove("member_name");
+    fields.remove("confirmed_n_restarts");
+    fs::create_dir_all(dir.path().join("lib")).unwrap();
+    fs::write(store.persist_path(), old.to_string()).unwrap();
+    let loaded = store.load().unwrap().unwrap();
+    assert_eq!(
+        (loaded.member_name, loaded.confirmed_n_restarts),
+        (None, None)
+    );
+}
