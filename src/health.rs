@@ -1,9 +1,11 @@
-//! etcd's health endpoint, asked over plain HTTP on the loopback metrics listener
-//! (`--listen-metrics-urls`), which answers without client TLS even when clients need it.
+//! etcd's health endpoint and its running version, asked over plain HTTP on the loopback
+//! metrics listener (`--listen-metrics-urls`), which answers without client TLS even when
+//! clients need it. That listener serves only `/metrics` and `/health`; the version is the
+//! `etcd_server_version{server_version="3.5.1"} 1` line of `/metrics` (etcd 3.4 and 3.5).
 
-use std::io::{Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What etcd's `/health` said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +53,102 @@ pub fn parse(reply: &str) -> Health {
     }
 }
 
+/// The most of `/metrics` [`server_version`] reads before giving up. etcd 3.4.23 and
+/// 3.5.1 put the version line about 32 KiB in (of about 150 KiB): the families before it
+/// are etcd's own (`etcd_cluster_*` … `etcd_server_*`), sorted by name.
+pub const MAX_METRICS: u64 = 1 << 20;
+
+/// The metric naming the running version.
+const VERSION_METRIC: &str = "etcd_server_version{";
+
+/// The version the etcd answering at `addr` runs, from `GET /metrics`: read line by line
+/// and stopped at the `etcd_server_version` line, within `deadline` in all (connect,
+/// write, every read) and [`MAX_METRICS`] bytes.
+pub fn server_version(addr: SocketAddr, deadline: Duration) -> Result<String, String> {
+    let end = Instant::now() + deadline;
+    let failed = |e: io::Error| format!("{addr}/metrics: {e}");
+    let mut stream = TcpStream::connect_timeout(&addr, deadline).map_err(failed)?;
+    stream
+        .set_write_timeout(Some(remaining(end).map_err(failed)?))
+        .map_err(failed)?;
+    // HTTP/1.0: the reply is plain (not chunked) and ends when etcd closes.
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).map_err(failed)?;
+    let reader = BufReader::new(Deadlined { stream, end }.take(MAX_METRICS));
+    read_version(reader).map_err(|e| format!("{addr}/metrics: {e}"))
+}
+
+/// Finds the version in an HTTP reply to `GET /metrics`, reading no further than its line.
+pub fn read_version(mut reader: impl BufRead) -> Result<String, String> {
+    let mut line = Vec::new();
+    let mut next = |line: &mut Vec<u8>| -> Result<bool, String> {
+        line.clear();
+        match reader.read_until(b'\n', line) {
+            Ok(0) => Ok(false),
+            Ok(_) => Ok(true),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    if !next(&mut line)? {
+        return Err("empty reply".into());
+    }
+    let status = String::from_utf8_lossy(&line);
+    let code = status.split_whitespace().nth(1).unwrap_or("");
+    if !status.starts_with("HTTP/") || code != "200" {
+        return Err(format!("not an HTTP 200 reply: {}", status.trim()));
+    }
+    // The headers, up to the blank line.
+    loop {
+        if !next(&mut line)? {
+            return Err("the reply ended in its headers".into());
+        }
+        if line == b"\r\n" || line == b"\n" {
+            break;
+        }
+    }
+    while next(&mut line)? {
+        if let Some(version) = version_in(&String::from_utf8_lossy(&line)) {
+            return Ok(version);
+        }
+    }
+    Err("no etcd_server_version line in the first MiB".into())
+}
+
+/// The version in an `etcd_server_version{server_version="3.5.1"} 1` line.
+fn version_in(line: &str) -> Option<String> {
+    let labels = line.strip_prefix(VERSION_METRIC)?;
+    let (_, rest) = labels.split_once("server_version=\"")?;
+    let (version, _) = rest.split_once('"')?;
+    let plausible = !version.is_empty()
+        && version.len() <= 64
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'));
+    plausible.then(|| version.to_string())
+}
+
+fn remaining(end: Instant) -> io::Result<Duration> {
+    let left = end.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"))
+    } else {
+        Ok(left)
+    }
+}
+
+/// A stream whose every read ends by `end`, however slowly the peer trickles bytes.
+struct Deadlined {
+    stream: TcpStream,
+    end: Instant,
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(remaining(self.end)?))?;
+        self.stream.read(buf)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +184,60 @@ mod tests {
             check(addr, Duration::from_secs(2)),
             Health::Unreachable(_)
         ));
+    }
+
+    const METRICS_351: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\r\n# HELP etcd_cluster_version Which version is running. 1 for 'cluster_version' label with current cluster version\n# TYPE etcd_cluster_version gauge\netcd_cluster_version{cluster_version=\"3.5\"} 1\n# HELP etcd_server_go_version Which Go version server is running with.\netcd_server_go_version{server_go_version=\"go1.16.3\"} 1\n# HELP etcd_server_version Which version is running. 1 for 'server_version' label with current version.\n# TYPE etcd_server_version gauge\netcd_server_version{server_version=\"3.5.1\"} 1\n";
+
+    #[test]
+    fn reads_the_version_line_and_nothing_else() {
+        assert_eq!(read_version(METRICS_351.as_bytes()).unwrap(), "3.5.1");
+        let v34 = METRICS_351.replace("3.5.1", "3.4.23");
+        assert_eq!(read_version(v34.as_bytes()).unwrap(), "3.4.23");
+        let none = METRICS_351.replace("etcd_server_version{", "etcd_other{");
+        assert!(read_version(none.as_bytes())
+            .unwrap_err()
+            .contains("no etcd_server_version"));
+        let e = read_version("HTTP/1.1 404 Not Found\r\n\r\n".as_bytes()).unwrap_err();
+        assert!(e.contains("404"), "{e}");
+        assert!(read_version("".as_bytes()).is_err());
+        assert_eq!(
+            version_in("etcd_server_version{server_version=\"3.5.1\"} 1"),
+            Some("3.5.1".into())
+        );
+        assert_eq!(
+            version_in("etcd_server_version{server_version=\"a b\"} 1"),
+            None
+        );
+    }
+
+    #[test]
+    fn stops_reading_at_the_version_line_and_bounds_a_slow_server() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            // First: the version, then a body that never ends.
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let n = s.read(&mut buf).unwrap();
+            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /metrics HTTP/1.0\r\n"));
+            s.write_all(METRICS_351.as_bytes()).unwrap();
+            let _ = s.write_all(b"# more\n");
+            // Second: headers, then silence.
+            let (mut s2, _) = listener.accept().unwrap();
+            let _ = s2.read(&mut buf);
+            s2.write_all(b"HTTP/1.1 200 OK\r\n\r\n# HELP\n").unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            drop((s, s2));
+        });
+        let started = Instant::now();
+        assert_eq!(
+            server_version(addr, Duration::from_secs(5)).unwrap(),
+            "3.5.1"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let started = Instant::now();
+        let e = server_version(addr, Duration::from_millis(300)).unwrap_err();
+        assert!(started.elapsed() < Duration::from_millis(1500), "{e}");
+        server.join().unwrap();
     }
 }
