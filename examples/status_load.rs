@@ -30,6 +30,7 @@ impl LiveView for Healthy {
                 ..UnitState::default()
             },
             health: Health::Healthy,
+            version: Some("3.5.16".into()),
         })
     }
 }

@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The status socket.
 pub const SOCKET: &str = "/run/etcd-setup/status.sock";
@@ -44,6 +44,10 @@ pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 const MAX_REPLY: u64 = 1 << 20;
 /// etcd's unit.
 const ETCD_UNIT: &str = "etcd.service";
+/// How recent etcd.service's last start must be for restarts since the run confirmed it
+/// to count as a crash loop while it is active: the unit's own `StartLimitIntervalSec=`,
+/// over which systemd counts starts. An etcd active for longer is stable again.
+pub const CRASH_WINDOW: Duration = Duration::from_secs(600);
 
 /// Exit codes of `status` (a contract: README and `--help` list them).
 pub mod exit {
@@ -146,6 +150,15 @@ pub struct EtcdView {
     pub active_enter_timestamp_us: u64,
     /// `healthy`, `unhealthy: …` or `unreachable: …`.
     pub health: String,
+    /// The version the running etcd reports (`etcd_server_version` on its `/metrics`);
+    /// `null` when it is not active or does not say.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Automatic restarts since `etcd-setup run` confirmed etcd running (`n_restarts`
+    /// then subtracted), or since a manual start after that (which resets `n_restarts`);
+    /// `null` when the state records no such count (written by an older agent).
+    #[serde(default)]
+    pub restarts_since_confirmed: Option<u32>,
 }
 
 /// The answer to a request (schema version 1; fields may be added, never changed).
@@ -167,6 +180,10 @@ pub struct Answer {
     pub sha256: Option<String>,
     /// The etcd version installed.
     pub etcd_version: Option<String>,
+    /// This member's etcd name (`node.name`), as the run recorded it; `null` before a
+    /// run read the configuration, or from an older agent's state.
+    #[serde(default)]
+    pub member_name: Option<String>,
     /// Every phase entered, with its time.
     pub phases: Vec<PhaseStamp>,
     /// The run's process.
@@ -248,6 +265,9 @@ pub struct EtcdLive {
     pub unit: UnitState,
     /// Its health endpoint.
     pub health: Health,
+    /// The version the running etcd reports on `/metrics`; `None` when it is not active
+    /// or could not be read.
+    pub version: Option<String>,
 }
 
 /// Where the answer's live view of etcd comes from: systemd and the health endpoint on a
@@ -264,11 +284,27 @@ pub struct SystemLive {
     metrics: SocketAddr,
     systemd: Mutex<Option<Systemd>>,
     cache: Mutex<Option<(Instant, Result<EtcdLive, String>)>>,
+    version: Mutex<Option<VersionSeen>>,
+}
+
+/// The running etcd's version, read once per etcd process: it cannot change without a
+/// restart, which changes `MainPID` and `ActiveEnterTimestamp`.
+struct VersionSeen {
+    /// `(MainPID, ActiveEnterTimestamp)` of the process read.
+    process: (u32, u64),
+    /// What it said.
+    version: Option<String>,
+    /// After a failed read: when to try again.
+    retry_at: Option<Instant>,
 }
 
 impl SystemLive {
     /// How long one look is reused.
     pub const TTL: Duration = Duration::from_millis(500);
+    /// The longest read of `/metrics` for the version.
+    pub const VERSION_DEADLINE: Duration = Duration::from_secs(2);
+    /// How long a failed version read stands before the same process is asked again.
+    pub const VERSION_RETRY: Duration = Duration::from_secs(10);
 
     /// A live view asking etcd's health on 127.0.0.1:`metrics_port`.
     pub fn new(metrics_port: u16) -> SystemLive {
@@ -276,7 +312,27 @@ impl SystemLive {
             metrics: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
             systemd: Mutex::new(None),
             cache: Mutex::new(None),
+            version: Mutex::new(None),
         }
+    }
+
+    /// The running etcd's version: from the cache while the process is the same, else
+    /// from `/metrics` (a streaming read that stops at the version line).
+    fn live_version(&self, unit: &UnitState) -> Option<String> {
+        let process = (unit.main_pid, unit.active_enter_timestamp_us);
+        let mut seen = self.version.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = seen.as_ref().filter(|v| v.process == process) {
+            if v.retry_at.is_none_or(|at| Instant::now() < at) {
+                return v.version.clone();
+            }
+        }
+        let read = health::server_version(self.metrics, Self::VERSION_DEADLINE).ok();
+        *seen = Some(VersionSeen {
+            process,
+            retry_at: read.is_none().then(|| Instant::now() + Self::VERSION_RETRY),
+            version: read.clone(),
+        });
+        read
     }
 
     fn look(&self) -> Result<EtcdLive, String> {
@@ -297,12 +353,22 @@ impl SystemLive {
                 }
             }
         };
-        let health = if unit.is_active() {
-            health::check(self.metrics, Duration::from_secs(1))
+        let (health, version) = if unit.is_active() {
+            (
+                health::check(self.metrics, Duration::from_secs(1)),
+                self.live_version(&unit),
+            )
         } else {
-            Health::Unreachable(format!("etcd.service is {}", unit.active_state))
+            (
+                Health::Unreachable(format!("etcd.service is {}", unit.active_state)),
+                None,
+            )
         };
-        Ok(EtcdLive { unit, health })
+        Ok(EtcdLive {
+            unit,
+            health,
+            version,
+        })
     }
 }
 
@@ -323,7 +389,8 @@ impl LiveView for SystemLive {
 
 /// A live view read from a JSON file on every look (a test fixture, named by the
 /// `ETCD_SETUP_FAKE_ETCD` variable of `serve-status`): `{"unit":{UnitState fields},
-/// "health":"healthy"|"unhealthy: …"|"unreachable: …"}`, or `{"error":"…"}`.
+/// "health":"healthy"|"unhealthy: …"|"unreachable: …", "version":"3.5.1"}` (version
+/// optional), or `{"error":"…"}`.
 pub struct FileLive(pub PathBuf);
 
 impl LiveView for FileLive {
@@ -334,6 +401,8 @@ impl LiveView for FileLive {
             unit: UnitState,
             #[serde(default)]
             health: String,
+            #[serde(default)]
+            version: Option<String>,
             error: Option<String>,
         }
         let bytes = std::fs::read(&self.0).map_err(|e| format!("{}: {e}", self.0.display()))?;
@@ -351,6 +420,7 @@ impl LiveView for FileLive {
         Ok(EtcdLive {
             unit: f.unit,
             health,
+            version: f.version,
         })
     }
 }
@@ -383,8 +453,13 @@ pub fn pid_alive(pid: u32) -> bool {
 /// - No state, or phase `not-started`: verdict `not-started`.
 /// - A phase before `running` whose run process is gone (or whose state comes from the
 ///   persistent copy, i.e. from an earlier boot): `failed`, reason `interrupted`.
-/// - `running`: `running` only while etcd.service is active and its health endpoint says
-///   healthy; otherwise `failed`, reason `etcd-unhealthy`.
+/// - `running`: `running` only while etcd.service is active, its health endpoint says
+///   healthy, and it is not crash-looping; otherwise `failed`, reason `etcd-unhealthy`.
+///   Crash-looping: it restarted since the run confirmed it running (`NRestarts` above
+///   the count the state recorded then; below it, a manual start reset the count, which
+///   then counts from 0) and its last start is within [`CRASH_WINDOW`]. A poll between
+///   two crashes thus sees the loop; an etcd up for longer than the window after a
+///   restart counts as running again.
 /// - `failed`: the recorded reason.
 ///
 /// `live_copy` names the live state file; a state read from another file is from an
@@ -394,6 +469,17 @@ pub fn evaluate(
     live_copy: &Path,
     live: &dyn LiveView,
     alive: &dyn Fn(u32) -> bool,
+) -> Answer {
+    evaluate_at(loaded, live_copy, live, alive, SystemTime::now())
+}
+
+/// [`evaluate`] at the time `now` (which the crash-loop window is measured from).
+pub fn evaluate_at(
+    loaded: &Loaded,
+    live_copy: &Path,
+    live: &dyn LiveView,
+    alive: &dyn Fn(u32) -> bool,
+    now: SystemTime,
 ) -> Answer {
     let Some(state) = &loaded.state else {
         return Answer {
@@ -405,6 +491,7 @@ pub fn evaluate(
             label: None,
             sha256: None,
             etcd_version: None,
+            member_name: None,
             phases: Vec::new(),
             run: RunView {
                 pid: None,
@@ -435,6 +522,10 @@ pub fn evaluate(
             n_restarts: e.unit.n_restarts,
             active_enter_timestamp_us: e.unit.active_enter_timestamp_us,
             health: health_text(&e.health),
+            version: e.version.clone(),
+            restarts_since_confirmed: state
+                .confirmed_n_restarts
+                .map(|_| Restarts::of(state, e.unit.n_restarts).count),
         })
         .filter(|_| e.unit.load_state != "not-found"),
         _ => None,
@@ -443,14 +534,16 @@ pub fn evaluate(
         Phase::NotStarted => Verdict::NotStarted,
         Phase::Failed => Verdict::Failed,
         Phase::Running => match &etcd {
-            Some(Ok(e)) if e.unit.is_active() && e.health == Health::Healthy => Verdict::Running,
-            Some(Ok(e)) => {
-                reason = Some(ReasonView {
-                    code: "etcd-unhealthy".into(),
-                    message: unhealthy_sentence(e, state),
-                });
-                Verdict::Failed
-            }
+            Some(Ok(e)) => match etcd_trouble(e, state, now) {
+                None => Verdict::Running,
+                Some(message) => {
+                    reason = Some(ReasonView {
+                        code: "etcd-unhealthy".into(),
+                        message,
+                    });
+                    Verdict::Failed
+                }
+            },
             Some(Err(why)) => {
                 reason = Some(ReasonView {
                     code: "etcd-unhealthy".into(),
@@ -489,6 +582,7 @@ pub fn evaluate(
         label: state.label.clone(),
         sha256: state.sha256.clone(),
         etcd_version: state.etcd_version.clone(),
+        member_name: state.member_name.clone(),
         phases: state.phases.clone(),
         run: RunView {
             pid: state.pid,
@@ -502,36 +596,135 @@ pub fn evaluate(
     }
 }
 
-/// Why a run that reached `running` is not healthy now.
-fn unhealthy_sentence(e: &EtcdLive, state: &State) -> String {
-    let since = state
+/// etcd.service's automatic restarts since a known point.
+struct Restarts {
+    /// How many.
+    count: u32,
+    /// Since when, as a clause: `since etcd-setup confirmed it running at …`.
+    since: String,
+}
+
+impl Restarts {
+    /// The restarts in `n_restarts` (etcd.service's `NRestarts` now) that came after the
+    /// run confirmed etcd running. systemd resets `NRestarts` on a manual start: a count
+    /// below the recorded one means one happened, and the count runs from it.
+    fn of(state: &State, n_restarts: u32) -> Restarts {
+        match state.confirmed_n_restarts {
+            Some(base) if n_restarts >= base => Restarts {
+                count: n_restarts - base,
+                since: match confirmed_at(state) {
+                    Some(at) => format!("since etcd-setup confirmed it running at {at}"),
+                    None => "since etcd-setup confirmed it running".into(),
+                },
+            },
+            Some(_) => Restarts {
+                count: n_restarts,
+                since: "since it was last started by hand".into(),
+            },
+            // An older agent's state: NRestarts counts from the last start job.
+            None => Restarts {
+                count: n_restarts,
+                since: "since its last start job".into(),
+            },
+        }
+    }
+}
+
+/// When the run last confirmed etcd running (its `running` stamp).
+fn confirmed_at(state: &State) -> Option<&str> {
+    state
         .phases
         .iter()
         .rev()
         .find(|p| p.phase == Phase::Running)
-        .map(|p| format!(" (etcd-setup confirmed it running at {})", p.at))
-        .unwrap_or_default();
-    let restarts = match e.unit.n_restarts {
-        1 => "1 restart".to_string(),
-        n => format!("{n} restarts"),
-    };
-    if e.unit.is_active() {
-        format!(
-            "etcd.service is active but its health check says {}{since}",
-            health_text(&e.health)
-        )
+        .map(|p| p.at.as_str())
+}
+
+/// How long ago `us` (µs since the epoch) was, e.g. `4 s`, `12 min`; a time ahead of
+/// `now` (a clock set back) is `0 s`.
+fn ago(us: u64, now: SystemTime) -> String {
+    let then = UNIX_EPOCH + Duration::from_micros(us);
+    let secs = now.duration_since(then).map_or(0, |d| d.as_secs());
+    match secs {
+        0..120 => format!("{secs} s"),
+        120..7200 => format!("{} min", secs / 60),
+        7200..172_800 => format!("{} h", secs / 3600),
+        _ => format!("{} d", secs / 86_400),
+    }
+}
+
+/// Whether etcd.service last became active within [`CRASH_WINDOW`] of `now` (a time
+/// ahead of `now` counts as recent).
+fn started_recently(e: &EtcdLive, now: SystemTime) -> bool {
+    let us = e.unit.active_enter_timestamp_us;
+    us != 0
+        && now
+            .duration_since(UNIX_EPOCH + Duration::from_micros(us))
+            .map_or(true, |d| d < CRASH_WINDOW)
+}
+
+/// Why a run that reached `running` does not count as running now, or `None` when it
+/// does: etcd.service active, healthy, and no restart since the run confirmed it that is
+/// recent (see [`evaluate`]).
+fn etcd_trouble(e: &EtcdLive, state: &State, now: SystemTime) -> Option<String> {
+    let restarts = Restarts::of(state, e.unit.n_restarts);
+    let last_start = if e.unit.active_enter_timestamp_us == 0 {
+        String::new()
     } else {
+        format!(
+            "; last start {} ago",
+            ago(e.unit.active_enter_timestamp_us, now)
+        )
+    };
+    if !e.unit.is_active() {
         let exit = e.unit.exit();
         let exit = if exit.is_empty() {
             String::new()
         } else {
             format!("; its process {exit}")
         };
-        format!(
-            "etcd.service is {}/{} after {restarts}{exit}{since}; see `journalctl -u etcd`",
+        let total = match e.unit.n_restarts {
+            1 => "1 restart".to_string(),
+            n => format!("{n} restarts"),
+        };
+        let recent = if restarts.count != e.unit.n_restarts {
+            format!(" ({} {})", restarts.count, restarts.since)
+        } else {
+            String::new()
+        };
+        let confirmed = confirmed_at(state)
+            .filter(|_| recent.is_empty())
+            .map(|at| format!(" (etcd-setup confirmed it running at {at})"))
+            .unwrap_or_default();
+        return Some(format!(
+            "etcd.service is {}/{} after {total}{recent}{exit}{confirmed}{last_start}; see `journalctl -u etcd`",
             e.unit.active_state, e.unit.sub_state
-        )
+        ));
     }
+    let healthy = e.health == Health::Healthy;
+    if restarts.count > 0 && started_recently(e, now) {
+        let health = if healthy {
+            String::new()
+        } else {
+            format!("; its health check says {}", health_text(&e.health))
+        };
+        return Some(format!(
+            "etcd.service restarted {} time{} {}{last_start}{health}; see `journalctl -u etcd`",
+            restarts.count,
+            if restarts.count == 1 { "" } else { "s" },
+            restarts.since
+        ));
+    }
+    if healthy {
+        return None;
+    }
+    let since = confirmed_at(state)
+        .map(|at| format!(" (etcd-setup confirmed it running at {at})"))
+        .unwrap_or_default();
+    Some(format!(
+        "etcd.service is active but its health check says {}{since}",
+        health_text(&e.health)
+    ))
 }
 
 /// What the client could not do.
@@ -609,7 +802,8 @@ fn read_reply(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
     Ok(reply)
 }
 
-/// The one-line summary, e.g. `running: etcd 3.5.16 active, healthy (0 restarts)`.
+/// The one-line summary, e.g. `running: member etcd-1, etcd 3.5.16 active, healthy (0
+/// restarts)`. The version is the running etcd's, else the installed one.
 pub fn text_line(a: &Answer) -> String {
     match a.verdict {
         Verdict::Running => {
@@ -617,9 +811,19 @@ pub fn text_line(a: &Answer) -> String {
                 || ("unknown".to_string(), "unknown".to_string(), 0),
                 |e| (e.active_state.clone(), e.health.clone(), e.n_restarts),
             );
+            let member = a
+                .member_name
+                .as_ref()
+                .map(|m| format!("member {m}, "))
+                .unwrap_or_default();
+            let version = a
+                .etcd
+                .as_ref()
+                .and_then(|e| e.version.as_deref())
+                .or(a.etcd_version.as_deref())
+                .unwrap_or("(version unknown)");
             format!(
-                "running: etcd {} {state}, {health} ({restarts} restart{})",
-                a.etcd_version.as_deref().unwrap_or("(version unknown)"),
+                "running: {member}etcd {version} {state}, {health} ({restarts} restart{})",
                 if restarts == 1 { "" } else { "s" }
             )
         }
@@ -633,6 +837,21 @@ pub fn text_line(a: &Answer) -> String {
             a.progress.as_deref().unwrap_or(a.phase.as_str())
         ),
     }
+}
+
+/// The `etcd:` line of `--long`: the installed version and the running one, and whether
+/// they differ.
+fn versions_text(a: &Answer) -> String {
+    let installed = a.etcd_version.as_deref().unwrap_or("-");
+    let sha = a.sha256.as_deref().unwrap_or("-");
+    let running = match a.etcd.as_ref().and_then(|e| e.version.as_deref()) {
+        None => "unknown".to_string(),
+        Some(v) if a.etcd_version.as_deref().is_some_and(|i| i != v) => {
+            format!("{v} (not the installed {installed}: etcd.service runs another binary, or was not restarted since the install)")
+        }
+        Some(v) => v.to_string(),
+    };
+    format!("installed {installed} (sha256 {sha}), running {running}")
 }
 
 /// `--long`: labelled lines.
@@ -649,17 +868,17 @@ pub fn text_long(a: &Answer) -> String {
         or_dash(&a.device),
         or_dash(&a.label)
     ));
-    out.push_str(&format!(
-        "etcd:     {} sha256 {}\n",
-        or_dash(&a.etcd_version),
-        or_dash(&a.sha256)
-    ));
+    out.push_str(&format!("member:   {}\n", or_dash(&a.member_name)));
+    out.push_str(&format!("etcd:     {}\n", versions_text(a)));
     match &a.etcd {
         Some(e) => out.push_str(&format!(
-            "unit:     etcd.service {}/{}, {} restart(s), active since {}; {}\n",
+            "unit:     etcd.service {}/{}, {} restart(s){}, active since {}; {}\n",
             e.active_state,
             e.sub_state,
             e.n_restarts,
+            e.restarts_since_confirmed
+                .map(|n| format!(" ({n} since etcd-setup confirmed it)"))
+                .unwrap_or_default(),
             micros_text(e.active_enter_timestamp_us),
             e.health
         )),
@@ -722,6 +941,7 @@ mod tests {
         Fixed(Ok(EtcdLive {
             unit: unit("loaded", "active", "running", 0),
             health: Health::Healthy,
+            version: None,
         }))
     }
 
@@ -775,6 +995,7 @@ mod tests {
         let live = Fixed(Ok(EtcdLive {
             unit: u,
             health: Health::Unreachable("etcd.service is failed".into()),
+            version: None,
         }));
         let a = eval(&loaded(running()), &live, false);
         let m = a.reason.unwrap().message;
@@ -794,6 +1015,7 @@ mod tests {
         let live = Fixed(Ok(EtcdLive {
             unit: unit("not-found", "inactive", "dead", 0),
             health: Health::Unreachable("etcd.service is inactive".into()),
+            version: None,
         }));
         let a = eval(&loaded(s), &live, false);
         assert_eq!((a.verdict, a.exit_code), (Verdict::Failed, 1));
@@ -827,5 +1049,241 @@ mod tests {
         assert_eq!(Reply::parse(&line).unwrap(), Reply::Answer(Box::new(a)));
         let e = Reply::Error(ErrorBody::new("busy", "try again"));
         assert_eq!(Reply::parse(&e.to_line()).unwrap(), e);
+    }
+
+    /// 2026-06-01T00:00:00Z, the tests' "now".
+    const NOW_S: u64 = 1_780_272_000;
+
+    fn now() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(NOW_S)
+    }
+
+    /// A state that reached `running` at NOW - 1 h, as member etcd-1, with etcd.service
+    /// at `confirmed` restarts then.
+    fn confirmed(confirmed: Option<u32>) -> State {
+        let at = now() - Duration::from_secs(3600);
+        let mut s = State::begin_at(Phase::WaitingForIso, at);
+        s.etcd_version = Some("3.5.1".into());
+        s.member_name = Some("etcd-1".into());
+        s.confirmed_n_restarts = confirmed;
+        s.enter(Phase::Running, at);
+        s
+    }
+
+    /// etcd.service active with `restarts`, last started `ago` before NOW.
+    fn active(restarts: u32, ago: Duration, health: Health, version: Option<&str>) -> Fixed {
+        let mut u = unit("loaded", "active", "running", restarts);
+        u.active_enter_timestamp_us = u64::try_from(
+            (now() - ago)
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_micros(),
+        )
+        .unwrap();
+        u.main_pid = 4242;
+        Fixed(Ok(EtcdLive {
+            unit: u,
+            health,
+            version: version.map(String::from),
+        }))
+    }
+
+    fn eval_now(s: State, live: &dyn LiveView) -> Answer {
+        evaluate_at(&loaded(s), Path::new(LIVE), live, &|_| false, now())
+    }
+
+    #[test]
+    fn the_answer_names_the_member_and_the_running_version() {
+        let live = active(0, Duration::from_secs(3600), Health::Healthy, Some("3.5.1"));
+        let a = eval_now(confirmed(Some(0)), &live);
+        assert_eq!(a.verdict, Verdict::Running);
+        assert_eq!(a.member_name.as_deref(), Some("etcd-1"));
+        let e = a.etcd.as_ref().unwrap();
+        assert_eq!(e.version.as_deref(), Some("3.5.1"));
+        assert_eq!(e.restarts_since_confirmed, Some(0));
+        assert_eq!(
+            text_line(&a),
+            "running: member etcd-1, etcd 3.5.1 active, healthy (0 restarts)"
+        );
+        let long = text_long(&a);
+        assert!(long.contains("member:   etcd-1\n"), "{long}");
+        assert!(
+            long.contains("etcd:     installed 3.5.1 (sha256 -), running 3.5.1\n"),
+            "{long}"
+        );
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!(json["member_name"], "etcd-1");
+        assert_eq!(json["etcd"]["version"], "3.5.1");
+        assert_eq!(json["etcd"]["restarts_since_confirmed"], 0);
+    }
+
+    #[test]
+    fn a_running_version_other_than_the_installed_one_is_said_in_long() {
+        let live = active(
+            0,
+            Duration::from_secs(3600),
+            Health::Healthy,
+            Some("3.4.23"),
+        );
+        let a = eval_now(confirmed(Some(0)), &live);
+        assert_eq!(a.verdict, Verdict::Running);
+        assert_eq!(
+            text_line(&a),
+            "running: member etcd-1, etcd 3.4.23 active, healthy (0 restarts)"
+        );
+        let long = text_long(&a);
+        assert!(
+            long.contains("running 3.4.23 (not the installed 3.5.1: "),
+            "{long}"
+        );
+        // Unknown running version: the installed one in the line, `unknown` in --long.
+        let live = active(0, Duration::from_secs(3600), Health::Healthy, None);
+        let a = eval_now(confirmed(Some(0)), &live);
+        assert_eq!(
+            text_line(&a),
+            "running: member etcd-1, etcd 3.5.1 active, healthy (0 restarts)"
+        );
+        assert!(text_long(&a).contains("running unknown\n"));
+    }
+
+    #[test]
+    fn a_poll_between_two_crashes_sees_the_crash_loop() {
+        let live = active(3, Duration::from_secs(4), Health::Healthy, Some("3.5.1"));
+        let a = eval_now(confirmed(Some(0)), &live);
+        assert_eq!((a.verdict, a.exit_code), (Verdict::Failed, 1));
+        let r = a.reason.unwrap();
+        assert_eq!(r.code, "etcd-unhealthy");
+        assert_eq!(
+            r.message,
+            "etcd.service restarted 3 times since etcd-setup confirmed it running at 2026-05-31T23:00:00Z; last start 4 s ago; see `journalctl -u etcd`"
+        );
+        assert_eq!(a.etcd.unwrap().restarts_since_confirmed, Some(3));
+    }
+
+    #[test]
+    fn restarts_count_from_the_confirmed_baseline_and_name_unhealth() {
+        // 2 restarts at confirmation, 3 now: 1 since.
+        let live = active(
+            3,
+            Duration::from_secs(300),
+            Health::Unhealthy("HTTP 503: no leader".into()),
+            None,
+        );
+        let a = eval_now(confirmed(Some(2)), &live);
+        assert_eq!(
+            a.reason.unwrap().message,
+            "etcd.service restarted 1 time since etcd-setup confirmed it running at 2026-05-31T23:00:00Z; last start 5 min ago; its health check says unhealthy: HTTP 503: no leader; see `journalctl -u etcd`"
+        );
+        // The same count as at confirmation, just started: no restart since, running.
+        let live = active(2, Duration::from_secs(4), Health::Healthy, None);
+        let a = eval_now(confirmed(Some(2)), &live);
+        assert_eq!(a.verdict, Verdict::Running);
+        assert_eq!(a.etcd.unwrap().restarts_since_confirmed, Some(0));
+    }
+
+    #[test]
+    fn a_stable_etcd_after_an_old_restart_is_running_again() {
+        let window = CRASH_WINDOW + Duration::from_secs(1);
+        let live = active(3, window, Health::Healthy, None);
+        let a = eval_now(confirmed(Some(0)), &live);
+        assert_eq!(a.verdict, Verdict::Running);
+        assert_eq!(
+            text_line(&a),
+            "running: member etcd-1, etcd 3.5.1 active, healthy (3 restarts)"
+        );
+        assert!(text_long(&a).contains("3 restart(s) (3 since etcd-setup confirmed it)"));
+        // Just inside the window it is not.
+        let live = active(
+            3,
+            CRASH_WINDOW - Duration::from_secs(1),
+            Health::Healthy,
+            None,
+        );
+        assert_eq!(eval_now(confirmed(Some(0)), &live).verdict, Verdict::Failed);
+    }
+
+    #[test]
+    fn a_manual_restart_resets_the_baseline() {
+        // Confirmed at 4 restarts; a manual restart reset NRestarts to 0: no crash.
+        let live = active(0, Duration::from_secs(4), Health::Healthy, None);
+        let a = eval_now(confirmed(Some(4)), &live);
+        assert_eq!(a.verdict, Verdict::Running);
+        assert_eq!(a.etcd.unwrap().restarts_since_confirmed, Some(0));
+        // ... and 2 automatic restarts after it count from 0.
+        let live = active(2, Duration::from_secs(4), Health::Healthy, None);
+        let a = eval_now(confirmed(Some(4)), &live);
+        assert_eq!(
+            a.reason.unwrap().message,
+            "etcd.service restarted 2 times since it was last started by hand; last start 4 s ago; see `journalctl -u etcd`"
+        );
+    }
+
+    #[test]
+    fn a_state_without_a_baseline_counts_from_the_last_start_job() {
+        let live = active(1, Duration::from_secs(90), Health::Healthy, None);
+        let a = eval_now(confirmed(None), &live);
+        assert_eq!(
+            a.reason.unwrap().message,
+            "etcd.service restarted 1 time since its last start job; last start 90 s ago; see `journalctl -u etcd`"
+        );
+        assert_eq!(a.etcd.unwrap().restarts_since_confirmed, None);
+    }
+
+    #[test]
+    fn a_stopped_etcd_after_restarts_since_confirmation_says_how_many() {
+        let mut u = unit("loaded", "activating", "auto-restart", 7);
+        u.exec_main_code = 1;
+        u.exec_main_status = 2;
+        u.active_enter_timestamp_us = (NOW_S - 30) * 1_000_000;
+        let live = Fixed(Ok(EtcdLive {
+            unit: u,
+            health: Health::Unreachable("etcd.service is activating".into()),
+            version: None,
+        }));
+        let a = eval_now(confirmed(Some(2)), &live);
+        assert_eq!(
+            a.reason.unwrap().message,
+            "etcd.service is activating/auto-restart after 7 restarts (5 since etcd-setup confirmed it running at 2026-05-31T23:00:00Z); its process exited with status 2; last start 30 s ago; see `journalctl -u etcd`"
+        );
+        // A stopped etcd is failed whenever it last started.
+        let mut u = unit("loaded", "failed", "failed", 0);
+        u.active_enter_timestamp_us = (NOW_S - 86_400 * 3) * 1_000_000;
+        let live = Fixed(Ok(EtcdLive {
+            unit: u,
+            health: Health::Unreachable("etcd.service is failed".into()),
+            version: None,
+        }));
+        let a = eval_now(confirmed(Some(0)), &live);
+        assert_eq!(
+            a.reason.unwrap().message,
+            "etcd.service is failed/failed after 0 restarts (etcd-setup confirmed it running at 2026-05-31T23:00:00Z); last start 3 d ago; see `journalctl -u etcd`"
+        );
+    }
+
+    #[test]
+    fn ago_reads_like_a_person() {
+        let at = |s: u64| (NOW_S - s) * 1_000_000;
+        assert_eq!(ago(at(0), now()), "0 s");
+        assert_eq!(ago(at(119), now()), "119 s");
+        assert_eq!(ago(at(600), now()), "10 min");
+        assert_eq!(ago(at(3 * 3600), now()), "3 h");
+        assert_eq!(ago(at(5 * 86_400), now()), "5 d");
+        assert_eq!(ago((NOW_S + 60) * 1_000_000, now()), "0 s");
+    }
+
+    #[test]
+    fn an_answer_without_the_new_fields_still_parses() {
+        let a = eval_now(
+            confirmed(Some(0)),
+            &active(0, Duration::from_secs(3600), Health::Healthy, None),
+        );
+        let mut json = serde_json::to_value(&a).unwrap();
+        json.as_object_mut().unwrap().remove("member_name");
+        let etcd = json["etcd"].as_object_mut().unwrap();
+        etcd.remove("version");
+        etcd.remove("restarts_since_confirmed");
+        let back: Answer = serde_json::from_value(json).unwrap();
+        assert_eq!(back.member_name, None);
+        assert_eq!(back.etcd.unwrap().version, None);
     }
 }

@@ -101,6 +101,13 @@ impl Server {
         etcd_setup::report::atomic_write(&path, json.to_string().as_bytes(), 0o644, None).unwrap();
     }
 
+    /// Sets etcd's live view with the version the running etcd reports.
+    fn etcd_with_version(&self, unit: &UnitState, health: &str, version: &str) {
+        let json = serde_json::json!({ "unit": unit, "health": health, "version": version });
+        let path = self.dir.path().join("etcd.json");
+        etcd_setup::report::atomic_write(&path, json.to_string().as_bytes(), 0o644, None).unwrap();
+    }
+
     /// `etcd-setup status ARGS` against this server.
     fn status(&self, args: &[&str]) -> Output {
         Command::new(BIN)
@@ -605,5 +612,95 @@ fn a_waiting_client_that_hangs_up_frees_the_server_to_exit_when_idle() {
     assert!(
         matches!(exited, Ok(Ok(s)) if s.success()),
         "the server kept waiting for a client that hung up: {exited:?}"
+    );
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{o:?}: {e}"))
+}
+
+#[test]
+fn the_answer_names_the_member_the_run_recorded() {
+    let server = Server::start(None);
+    let mut s = state(Phase::Running);
+    s.member_name = Some("etcd-1".into());
+    server.store().save(&s).unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out),
+        "running: member etcd-1, etcd 3.5.16 active, healthy (3 restarts)\n"
+    );
+    assert_eq!(
+        json(&server.status(&["--format", "json"]))["member_name"],
+        "etcd-1"
+    );
+    assert!(text(&server.status(&["--long"])).contains("member:   etcd-1\n"));
+}
+
+#[test]
+fn the_running_etcd_version_is_shown_beside_the_installed_one() {
+    let server = Server::start(None);
+    server.store().save(&state(Phase::Running)).unwrap();
+    server.etcd_with_version(&fake_unit("active", "running", 0), "healthy", "3.5.1");
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out),
+        "running: etcd 3.5.1 active, healthy (0 restarts)\n"
+    );
+    let j = json(&server.status(&["--format", "json"]));
+    assert_eq!(
+        (&j["etcd_version"], &j["etcd"]["version"]),
+        (&"3.5.16".into(), &"3.5.1".into())
+    );
+    let long = text(&server.status(&["--long"]));
+    assert!(
+        long.contains("etcd:     installed 3.5.16 (sha256 abab"),
+        "{long}"
+    );
+    assert!(
+        long.contains("running 3.5.1 (not the installed 3.5.16: "),
+        "{long}"
+    );
+}
+
+#[test]
+fn exit_1_when_etcd_restarted_since_the_run_confirmed_it_even_if_active_and_healthy_now() {
+    let server = Server::start(None);
+    let mut s = state(Phase::Running);
+    s.confirmed_n_restarts = Some(1);
+    server.store().save(&s).unwrap();
+    // Polled between two crashes: active and healthy, 3 restarts, last start 4 s ago.
+    let mut unit = fake_unit("active", "running", 4);
+    let started = SystemTime::now() - Duration::from_secs(4);
+    unit.active_enter_timestamp_us = started
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    server.etcd(&unit, "healthy");
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let line = text(&out);
+    assert!(
+        line.starts_with(
+            "failed: etcd-unhealthy: etcd.service restarted 3 times since etcd-setup confirmed it running at "
+        ) && line.contains("; last start ")
+            && line.ends_with(" s ago; see `journalctl -u etcd`\n"),
+        "{line}"
+    );
+    let j = json(&server.status(&["--format", "json"]));
+    assert_eq!(j["verdict"], "failed");
+    assert_eq!(j["reason"]["code"], "etcd-unhealthy");
+    assert_eq!(j["etcd"]["n_restarts"], 4);
+    assert_eq!(j["etcd"]["restarts_since_confirmed"], 3);
+    // Stable for longer than the window: running again, restarts still shown.
+    unit.active_enter_timestamp_us = 1_780_000_000_000_000;
+    server.etcd(&unit, "healthy");
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out),
+        "running: etcd 3.5.16 active, healthy (4 restarts)\n"
     );
 }
