@@ -1286,4 +1286,55 @@ mod tests {
         assert_eq!(back.member_name, None);
         assert_eq!(back.etcd.unwrap().version, None);
     }
+
+    #[test]
+    fn the_running_version_is_read_once_per_etcd_process() {
+        use std::io::{Read as _, Write as _};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&asked);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut c) = conn else { break };
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                let mut buf = [0u8; 1024];
+                let _ = c.read(&mut buf);
+                let body = format!("etcd_server_version{{server_version=\"3.5.{n}\"}} 1\n");
+                let _ = c.write_all(format!("HTTP/1.1 200 OK\r\n\r\n{body}").as_bytes());
+            }
+        });
+        let live = SystemLive::new(port);
+        let mut u = unit("loaded", "active", "running", 0);
+        u.main_pid = 100;
+        u.active_enter_timestamp_us = 1;
+        for _ in 0..5 {
+            assert_eq!(live.live_version(&u).as_deref(), Some("3.5.0"));
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        // A restart: another process, read again.
+        u.main_pid = 101;
+        u.active_enter_timestamp_us = 2;
+        assert_eq!(live.live_version(&u).as_deref(), Some("3.5.1"));
+        assert_eq!(live.live_version(&u).as_deref(), Some("3.5.1"));
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        // Nothing listening: no version, and no second try within the retry period.
+        let closed = SystemLive::new(port_without_listener());
+        assert_eq!(closed.live_version(&u), None);
+        assert!(closed
+            .version
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .retry_at
+            .is_some());
+    }
+
+    fn port_without_listener() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
 }
