@@ -225,13 +225,26 @@ pub fn run(
             match RunLock::acquire(&lock_path, wait) {
                 Ok(l) => {
                     let store = StateStore::new(paths.run_dir.clone(), paths.state_dir.clone());
-                    if let Ok(Some(prev)) = store.load() {
-                        if prev.phase == Phase::Failed && prev.updated_after(started) {
-                            with(shared, |r| {
-                                r.log(6, "the run we waited for failed; its reason stands")
-                            });
-                            return exit::FAILED;
-                        }
+                    // Its outcome stands either way: a failure is not retried at once,
+                    // and a success just confirmed is not verified again (which would
+                    // show the node as "starting" again to whoever polls status).
+                    match store.load() {
+                        Ok(Some(prev)) if prev.updated_after(started) => match prev.phase {
+                            Phase::Failed => {
+                                with(shared, |r| {
+                                    r.log(6, "the run we waited for failed; its reason stands")
+                                });
+                                return exit::FAILED;
+                            }
+                            Phase::Running => {
+                                with(shared, |r| {
+                                    r.log(6, "the run we waited for confirmed etcd running")
+                                });
+                                return exit::OK;
+                            }
+                            _ => {}
+                        },
+                        _ => {}
                     }
                     l
                 }
