@@ -5,24 +5,46 @@
 //! after being idle, so nothing of ours runs between queries. Without `LISTEN_FDS` it binds
 //! the path itself (tests, or by hand).
 //!
-//! One thread per connection, at most [`MAX_CLIENTS`] at once; beyond that a client gets
-//! a `busy` error at once. Each connection reads its request under a 2 s deadline and at
-//! most 4 KiB, so a client that never writes, writes megabytes or garbage holds only its
-//! own thread, for at most 2 s. Threads rather than a poll loop: an answer may block on
-//! D-Bus or on etcd's health endpoint (bounded, but seconds), and `--wait` parks a
-//! connection for minutes; a thread each keeps every one of them out of the others' way
-//! with plain blocking code. A thread costs a small stack ([`STACK`]).
+//! # Design: one event loop, one evaluator
 //!
-//! `--wait` is pushed: one inotify watch on the live state folder bumps a generation
-//! counter; waiting connections sleep on a condition variable and re-evaluate on every
-//! change (and at least every second, since a run that dies by SIGKILL writes nothing).
+//! One thread (the loop) polls the listening socket, every open connection, the inotify
+//! watch and a wake-up socket. It accepts, reads each request without blocking (at most
+//! 4 KiB, within 2 s of connecting), checks the peer's credentials, parses, and writes
+//! replies; it never waits on anything but `poll`. So a client that never writes, that
+//! writes megabytes or garbage, costs the others a few microseconds of the loop's time
+//! and one slot, never a wait. At most [`MAX_CLIENTS`] connections are held open at once
+//! (reading, waiting for their answer, `--wait`ing, or writing); beyond that a client gets
+//! a `busy` error at once.
+//!
+//! Answers come from a second thread (the evaluator), because building one may block: the
+//! live view asks systemd over D-Bus and etcd's health endpoint (bounded, but seconds).
+//! Every request that needs an answer is served by an evaluation that *began after the
+//! request was read*, so an answer is never older than its question: the same freshness
+//! as evaluating per request, which the server did before. Requests that arrive while
+//! one evaluation runs share the next, so under a burst one evaluation answers hundreds.
+//! An evaluation reuses the parsed state file while the inotify watch on the live state
+//! folder reports no change: inotify queues its events within the writer's own rename,
+//! and the evaluator reads the queue before deciding, so a change made before a request
+//! is always seen. Each evaluation still checks the run's PID (a run killed by SIGKILL
+//! writes nothing) and asks the live view, which caches its own look (500 ms on a node).
+//! Without a working watch it re-reads the files every time.
+//!
+//! `--wait` is pushed: a waiting connection stays in the loop; every change the watch
+//! reports (and at least every second, for a run that dies by SIGKILL) asks for a new
+//! evaluation, and the waiter is answered once the verdict is terminal or its time is up.
+//! A waiter that hangs up is dropped at once, freeing its slot.
+//!
+//! The loop's one call that is not on a socket: for a peer that is neither root nor of
+//! the group by its gid, the user database (`getpwuid`, a local file on the node).
 
 use super::{
     evaluate, pid_alive, ErrorBody, LiveView, Reply, Request, MAX_REQUEST, MAX_WAIT,
     PROTOCOL_VERSION, REQUEST_TIMEOUT,
 };
-use crate::report::StateStore;
+use crate::report::{Loaded, StateStore};
 use anyhow::{bail, Context};
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use nix::unistd::{Gid, Group, Uid, User};
@@ -31,18 +53,23 @@ use std::os::fd::{AsFd, FromRawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Connections served at once; more get `busy`.
+/// Connections held open at once; more get `busy`.
 pub const MAX_CLIENTS: usize = 256;
-/// Stack of a connection's thread.
-const STACK: usize = 256 * 1024;
+/// Connections accepted per turn of the loop before it serves those it holds: a burst
+/// of clients is taken in slices, so the first are answered (and their slots freed)
+/// while later ones still queue in the kernel, instead of all waiting for the last.
+const ACCEPT_BATCH: usize = 32;
 /// How long writing a reply may take.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A waiting connection re-evaluates at least this often.
 const RECHECK: Duration = Duration::from_secs(1);
+/// The loop wakes at least this often, to notice idleness.
+const TICK: Duration = Duration::from_millis(500);
+/// Stack of the evaluator and of the loop's helpers.
+const STACK: usize = 256 * 1024;
 
 /// What the server needs.
 pub struct Options {
@@ -102,61 +129,219 @@ impl Access {
     }
 }
 
-/// Counts changes to the state folder; waiters sleep until it moves.
+/// The inotify watch on the live state folder: a generation that moves with every
+/// change. Read without blocking by whoever needs it (the loop when its fd is readable,
+/// the evaluator before every evaluation), under one lock, so that a reader which finds
+/// the queue empty knows every earlier event has been counted.
+pub struct Watch {
+    inotify: Option<Inotify>,
+    state: Mutex<WatchState>,
+}
+
 #[derive(Default)]
-pub struct Changes {
-    generation: Mutex<u64>,
-    changed: Condvar,
+struct WatchState {
+    generation: u64,
+    /// The watch ended (folder removed or moved, read error): changes go unseen.
+    lost: bool,
 }
 
-impl Changes {
-    /// The current generation.
-    pub fn generation(&self) -> u64 {
-        *self.generation.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Moves the generation on and wakes every waiter.
-    pub fn bump(&self) {
-        *self.generation.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.changed.notify_all();
-    }
-
-    /// Waits until the generation differs from `seen`, or `timeout` passed.
-    pub fn wait_past(&self, seen: u64, timeout: Duration) {
-        let guard = self.generation.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = self
-            .changed
-            .wait_timeout_while(guard, timeout, |g| *g == seen);
-    }
-}
-
-/// Watches `dir` (created when missing) for new or replaced files in a thread of its own,
-/// bumping `changes` on each. Fails when inotify is not available; waiters then still
-/// re-check every second.
-pub fn watch(dir: &Path, changes: Arc<Changes>) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let inotify = Inotify::init(InitFlags::IN_CLOEXEC).context("cannot start inotify")?;
-    inotify
-        .add_watch(
-            dir,
-            AddWatchFlags::IN_CLOSE_WRITE
-                | AddWatchFlags::IN_MOVED_TO
-                | AddWatchFlags::IN_CREATE
-                | AddWatchFlags::IN_DELETE,
-        )
-        .with_context(|| format!("cannot watch {}", dir.display()))?;
-    std::thread::Builder::new()
-        .name("status-watch".into())
-        .stack_size(STACK)
-        .spawn(move || loop {
-            match inotify.read_events() {
-                Ok(_) => changes.bump(),
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(_) => return,
-            }
+impl Watch {
+    /// Watches `dir` (created when missing) for files created, written, replaced or
+    /// removed. Without inotify the watch is absent: [`Watch::current`] then says it is
+    /// not reliable.
+    pub fn new(dir: &Path) -> anyhow::Result<Watch> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+            .context("cannot start inotify")?;
+        inotify
+            .add_watch(
+                dir,
+                AddWatchFlags::IN_CLOSE_WRITE
+                    | AddWatchFlags::IN_MODIFY
+                    | AddWatchFlags::IN_MOVED_TO
+                    | AddWatchFlags::IN_MOVED_FROM
+                    | AddWatchFlags::IN_CREATE
+                    | AddWatchFlags::IN_DELETE
+                    | AddWatchFlags::IN_DELETE_SELF
+                    | AddWatchFlags::IN_MOVE_SELF,
+            )
+            .with_context(|| format!("cannot watch {}", dir.display()))?;
+        Ok(Watch {
+            inotify: Some(inotify),
+            state: Mutex::default(),
         })
-        .context("cannot start the watch thread")?;
-    Ok(())
+    }
+
+    /// No watch: nothing is reliable, waiters re-check every second.
+    pub fn absent() -> Watch {
+        Watch {
+            inotify: None,
+            state: Mutex::new(WatchState {
+                generation: 0,
+                lost: true,
+            }),
+        }
+    }
+
+    /// Reads the queued events and returns the generation, and whether it can be trusted
+    /// to move on every change (a watch that is there and not lost).
+    pub fn current(&self) -> (u64, bool) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(inotify) = &self.inotify {
+            while !state.lost {
+                match inotify.read_events() {
+                    Ok(events) => {
+                        state.generation += 1;
+                        let gone = AddWatchFlags::IN_IGNORED
+                            | AddWatchFlags::IN_DELETE_SELF
+                            | AddWatchFlags::IN_MOVE_SELF
+                            | AddWatchFlags::IN_UNMOUNT;
+                        if events.iter().any(|e| e.mask.intersects(gone)) {
+                            state.lost = true;
+                        }
+                    }
+                    Err(Errno::EINTR) => {}
+                    Err(Errno::EAGAIN) => break,
+                    Err(_) => state.lost = true,
+                }
+            }
+        }
+        (state.generation, !state.lost)
+    }
+
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // A lost watch may stay readable forever; the loop stops polling it.
+        (!state.lost).then_some(())?;
+        self.inotify.as_ref().map(|i| i.as_fd())
+    }
+}
+
+/// One finished evaluation: the reply every request it serves gets.
+#[derive(Clone)]
+struct Evaluated {
+    /// Its number: evaluations are numbered from 1 in the order they begin.
+    ticket: u64,
+    line: Arc<[u8]>,
+    /// Whether a `--wait` ends on it.
+    terminal: bool,
+}
+
+/// What the loop and the evaluator share.
+#[derive(Default)]
+struct Evaluations {
+    slot: Mutex<Slot>,
+    wanted: Condvar,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// An evaluation is asked for.
+    want: bool,
+    /// The number of the last evaluation begun.
+    begun: u64,
+    /// The last one finished.
+    done: Option<Evaluated>,
+    /// The server is ending.
+    stop: bool,
+}
+
+impl Evaluations {
+    /// Asks for an evaluation that begins from now on; returns the ticket it will have
+    /// (or a later one, which serves as well).
+    fn ask(&self) -> u64 {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        slot.want = true;
+        let ticket = slot.begun + 1;
+        drop(slot);
+        self.wanted.notify_one();
+        ticket
+    }
+
+    fn take_done(&self) -> Option<Evaluated> {
+        self.slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .done
+            .clone()
+    }
+
+    fn stop(&self) {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        self.wanted.notify_one();
+    }
+}
+
+/// Stops the evaluator when the loop ends, however it ends.
+struct StopOnDrop(Arc<Evaluations>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// The evaluator: waits to be asked, evaluates, publishes, pokes the loop.
+fn evaluator(
+    evaluations: Arc<Evaluations>,
+    store: StateStore,
+    live: Arc<dyn LiveView>,
+    watch: Arc<Watch>,
+    wake: UnixStream,
+) {
+    let live_copy = store.run_path();
+    // The parsed state, and the watch generation it was read under.
+    let mut parsed: Option<(u64, Loaded)> = None;
+    loop {
+        let ticket = {
+            let mut slot = evaluations.slot.lock().unwrap_or_else(|e| e.into_inner());
+            while !slot.want && !slot.stop {
+                slot = evaluations
+                    .wanted
+                    .wait(slot)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            if slot.stop {
+                return;
+            }
+            slot.want = false;
+            slot.begun += 1;
+            slot.begun
+        };
+        let once = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let (generation, reliable) = watch.current();
+            let fresh = match parsed.take() {
+                Some((seen, loaded)) if reliable && seen == generation => loaded,
+                _ => store.load_detailed(),
+            };
+            let answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
+            // Reused only when it came from the live copy, the one file the watch sees;
+            // the persistent copy (read when the live one is missing or corrupt) is
+            // read again each time.
+            if fresh.from.as_deref() == Some(live_copy.as_path()) && fresh.notes.is_empty() {
+                parsed = Some((generation, fresh));
+            }
+            let terminal = answer.verdict.is_terminal();
+            (Reply::Answer(Box::new(answer)).to_line(), terminal)
+        }));
+        let (line, terminal) = once.unwrap_or_else(|_| {
+            parsed = None;
+            let e = ErrorBody::new("internal-error", "building the answer failed");
+            // Terminal, so waiters get the error instead of waiting on it.
+            (Reply::Error(e).to_line(), true)
+        });
+        evaluations
+            .slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .done = Some(Evaluated {
+            ticket,
+            line: line.into(),
+            terminal,
+        });
+        // The socket is non-blocking: when full, a wake-up is pending anyway.
+        let _ = (&wake).write(&[1]);
+    }
 }
 
 /// The listening socket systemd passed (`LISTEN_PID` is this process, `LISTEN_FDS` ≥ 1:
@@ -229,14 +414,56 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// What every connection shares.
-struct Shared {
-    store: StateStore,
+/// Where a connection is.
+enum Stage {
+    /// Reading its request line (what came so far).
+    Reading(Vec<u8>),
+    /// Its request is read: it wants the reply of an evaluation numbered `ticket` or
+    /// later (0: not asked for yet). `until`: a `--wait`, and when it ends.
+    Asking { ticket: u64, until: Option<Instant> },
+    /// A `--wait` whose last answer was not terminal: parked until the state changes, the
+    /// next re-check, or `until`.
+    Waiting { until: Instant },
+    /// Writing its reply, `at` bytes of it written.
+    Writing { line: Arc<[u8]>, at: usize },
+    /// Done: removed at the end of the turn.
+    Closed,
+}
+
+struct Conn {
+    stream: UnixStream,
+    stage: Stage,
+    /// Until when it may read (its request) or write (its reply).
+    deadline: Instant,
+}
+
+impl Conn {
+    /// What `poll` should watch for. A parked connection polls for nothing: `poll` still
+    /// reports POLLHUP, which comes only when the client closed both directions (a
+    /// client that only shut its write side after the request still gets its answer).
+    fn interest(&self) -> PollFlags {
+        match self.stage {
+            Stage::Reading(_) => PollFlags::POLLIN,
+            Stage::Writing { .. } => PollFlags::POLLOUT,
+            _ => PollFlags::empty(),
+        }
+    }
+}
+
+/// The loop's state.
+struct Server {
     access: Access,
-    live: Arc<dyn LiveView>,
-    changes: Arc<Changes>,
-    active: AtomicUsize,
-    last_activity: Mutex<Instant>,
+    evaluations: Arc<Evaluations>,
+    watch: Arc<Watch>,
+    conns: Vec<Conn>,
+    /// The last evaluation the loop handed out.
+    last: Option<Evaluated>,
+    /// When a parked `--wait` was last (re)considered.
+    rechecked: Instant,
+    /// The watch generation the parked waiters have seen.
+    generation: u64,
+    last_activity: Instant,
+    scratch: Vec<u8>,
 }
 
 /// Serves `listener` until idle for `options.idle_exit` (never, when `None`).
@@ -245,97 +472,345 @@ pub fn serve(
     options: Options,
     live: Arc<dyn LiveView>,
 ) -> anyhow::Result<()> {
-    let changes = Arc::new(Changes::default());
     let run_path = options.store.run_path();
     let run_dir = run_path.parent().unwrap_or(Path::new("/"));
-    if let Err(e) = watch(run_dir, Arc::clone(&changes)) {
-        eprintln!("etcd-setup serve-status: {e:#}; --wait re-checks every second instead");
-    }
-    let shared = Arc::new(Shared {
-        store: options.store,
-        access: Access::new(&options.group),
-        live,
-        changes,
-        active: AtomicUsize::new(0),
-        last_activity: Mutex::new(Instant::now()),
-    });
+    let watch = Arc::new(Watch::new(run_dir).unwrap_or_else(|e| {
+        eprintln!(
+            "etcd-setup serve-status: {e:#}; state files are read on every query, --wait re-checks every second"
+        );
+        Watch::absent()
+    }));
+    let (wake_rx, wake_tx) = UnixStream::pair().context("cannot make the wake-up socket")?;
+    wake_rx
+        .set_nonblocking(true)
+        .and_then(|()| wake_tx.set_nonblocking(true))
+        .context("cannot make the wake-up socket non-blocking")?;
     listener
         .set_nonblocking(true)
         .context("cannot make the socket non-blocking")?;
+    let evaluations = Arc::new(Evaluations::default());
+    let _stop = StopOnDrop(Arc::clone(&evaluations));
+    {
+        let (evaluations, watch) = (Arc::clone(&evaluations), Arc::clone(&watch));
+        let store = options.store.clone();
+        std::thread::Builder::new()
+            .name("status-eval".into())
+            .stack_size(STACK)
+            .spawn(move || evaluator(evaluations, store, live, watch, wake_tx))
+            .context("cannot start the evaluator thread")?;
+    }
+    let now = Instant::now();
+    let mut server = Server {
+        access: Access::new(&options.group),
+        evaluations,
+        generation: watch.current().0,
+        watch,
+        conns: Vec::new(),
+        last: None,
+        rechecked: now,
+        last_activity: now,
+        scratch: vec![0; MAX_REQUEST + 1],
+    };
     loop {
-        let mut fds = [nix::poll::PollFd::new(
-            listener.as_fd(),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        let tick = nix::poll::PollTimeout::from(500u16);
-        match nix::poll::poll(&mut fds, tick) {
-            Ok(0) => {
-                if let Some(idle) = options.idle_exit {
-                    let last = *shared
-                        .last_activity
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    if shared.active.load(Ordering::SeqCst) == 0 && last.elapsed() >= idle {
-                        return Ok(());
-                    }
-                }
-                continue;
+        let now = Instant::now();
+        if let Some(idle) = options.idle_exit {
+            if server.conns.is_empty() && now >= server.last_activity + idle {
+                return Ok(());
             }
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e).context("cannot poll the status socket"),
         }
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => admit(stream, &shared),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // EMFILE and the like: let connections finish, then try again.
-                    eprintln!("etcd-setup serve-status: accept: {e}");
-                    std::thread::sleep(Duration::from_millis(50));
+        let timeout = server.timeout(now);
+        let (listening, woken, changed, revents) = {
+            let watch_fd = server.watch.fd();
+            let mut fds = Vec::with_capacity(server.conns.len() + 3);
+            let accepting = if server.holds_back() {
+                PollFlags::empty()
+            } else {
+                PollFlags::POLLIN
+            };
+            fds.push(PollFd::new(listener.as_fd(), accepting));
+            fds.push(PollFd::new(wake_rx.as_fd(), PollFlags::POLLIN));
+            if let Some(fd) = watch_fd {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            }
+            let first = fds.len();
+            fds.extend(
+                server
+                    .conns
+                    .iter()
+                    .map(|c| PollFd::new(c.stream.as_fd(), c.interest())),
+            );
+            match nix::poll::poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e).context("cannot poll the status socket"),
+            }
+            let ready = |i: usize| fds[i].revents().unwrap_or(PollFlags::empty());
+            let revents: Vec<PollFlags> = (first..fds.len()).map(ready).collect();
+            (
+                !ready(0).is_empty(),
+                !ready(1).is_empty(),
+                first == 3 && !ready(2).is_empty(),
+                revents,
+            )
+        };
+        let now = Instant::now();
+        if woken {
+            while let Ok(n) = (&wake_rx).read(&mut server.scratch) {
+                if n == 0 {
                     break;
                 }
             }
         }
+        if changed || woken {
+            // Also after an evaluation: the evaluator may have drained the watch's events
+            // before this loop saw its fd readable.
+            server.state_changed();
+        }
+        for (i, ready) in revents.into_iter().enumerate() {
+            if !ready.is_empty() {
+                server.ready(i, ready, now);
+            }
+        }
+        if woken {
+            server.answer(now);
+        }
+        server.expire(now);
+        if listening && !server.holds_back() {
+            server.accept(&listener, now);
+        }
+        server.ask();
+        let before = server.conns.len();
+        server.conns.retain(|c| !matches!(c.stage, Stage::Closed));
+        if server.conns.len() != before {
+            server.last_activity = now;
+        }
     }
 }
 
-/// Gives `stream` a thread, or a `busy` reply when too many are served.
-fn admit(stream: UnixStream, shared: &Arc<Shared>) {
-    *shared
-        .last_activity
-        .lock()
-        .unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
-        shared.active.fetch_sub(1, Ordering::SeqCst);
-        refuse_busy(stream);
+impl Server {
+    /// Until the next deadline, the next re-check of waiters, or the idle tick.
+    fn timeout(&self, now: Instant) -> PollTimeout {
+        let mut next = now + TICK;
+        for c in &self.conns {
+            let at = match c.stage {
+                Stage::Reading(_) | Stage::Writing { .. } => c.deadline,
+                Stage::Waiting { until } => until.min(self.rechecked + RECHECK),
+                _ => continue,
+            };
+            next = next.min(at);
+        }
+        // Rounded up: a deadline 0.4 ms away must not become a busy spin.
+        let micros = next.saturating_duration_since(now).as_micros();
+        PollTimeout::try_from(micros.div_ceil(1000)).unwrap_or(PollTimeout::MAX)
+    }
+
+    /// The state folder changed: every parked waiter asks again.
+    fn state_changed(&mut self) {
+        let (generation, _) = self.watch.current();
+        if generation == self.generation {
+            return;
+        }
+        self.generation = generation;
+        for c in &mut self.conns {
+            if let Stage::Waiting { until } = c.stage {
+                c.stage = Stage::Asking {
+                    ticket: 0,
+                    until: Some(until),
+                };
+            }
+        }
+    }
+
+    /// Connection `i` is ready for what it polled, or was hung up on.
+    fn ready(&mut self, i: usize, ready: PollFlags, now: Instant) {
+        let hung_up = ready.intersects(PollFlags::POLLHUP | PollFlags::POLLERR);
+        match self.conns[i].stage {
+            Stage::Reading(_) => self.read(i, now),
+            Stage::Writing { .. } => write_more(&mut self.conns[i]),
+            // Nobody to answer: free the slot now, not at the deadline.
+            Stage::Asking { .. } | Stage::Waiting { .. } if hung_up => {
+                self.conns[i].stage = Stage::Closed
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads what connection `i` sent; once its request is complete, or refused, moves on.
+    fn read(&mut self, i: usize, now: Instant) {
+        let conn = &mut self.conns[i];
+        let Stage::Reading(buf) = &mut conn.stage else {
+            return;
+        };
+        let outcome = match read_some(&mut conn.stream, buf, &mut self.scratch) {
+            None => return,
+            Some(outcome) => outcome,
+        };
+        let next = outcome.and_then(|line| self.check(&self.conns[i].stream, &line, now));
+        let conn = &mut self.conns[i];
+        match next {
+            Ok(stage) => conn.stage = stage,
+            Err(e) => reply(conn, Reply::Error(e).to_line().into(), now),
+        }
+    }
+
+    /// Who asks and what: the stage a complete request line leads to.
+    fn check(&self, stream: &UnixStream, line: &[u8], now: Instant) -> Result<Stage, ErrorBody> {
+        let creds = getsockopt(stream, PeerCredentials).map_err(|e| {
+            ErrorBody::new(
+                "internal-error",
+                format!("cannot read the peer's credentials: {e}"),
+            )
+        })?;
+        let (uid, gid) = (Uid::from_raw(creds.uid()), Gid::from_raw(creds.gid()));
+        if !self.access.allows(uid, gid) {
+            return Err(self.access.refusal(uid));
+        }
+        let request = parse_request(line)?;
+        let until = request
+            .wait
+            .then(|| now + Duration::from_millis(request.timeout_ms).min(MAX_WAIT));
+        Ok(Stage::Asking { ticket: 0, until })
+    }
+
+    /// Hands the newest evaluation to every connection it serves.
+    fn answer(&mut self, now: Instant) {
+        let Some(done) = self.evaluations.take_done() else {
+            return;
+        };
+        if self.last.as_ref().is_some_and(|l| l.ticket == done.ticket) {
+            return;
+        }
+        let mut parked = false;
+        for c in &mut self.conns {
+            let Stage::Asking { ticket, until } = c.stage else {
+                continue;
+            };
+            if ticket == 0 || ticket > done.ticket {
+                continue; // asked after this evaluation began
+            }
+            match until {
+                Some(until) if !done.terminal && now < until => {
+                    c.stage = Stage::Waiting { until };
+                    parked = true;
+                }
+                _ => reply(c, Arc::clone(&done.line), now),
+            }
+        }
+        if parked {
+            self.rechecked = now;
+        }
+        self.last = Some(done);
+    }
+
+    /// Ends what ran out of time; re-checks parked waiters when due.
+    fn expire(&mut self, now: Instant) {
+        let recheck = now >= self.rechecked + RECHECK;
+        for c in &mut self.conns {
+            match c.stage {
+                Stage::Reading(_) if now >= c.deadline => {
+                    reply(c, Reply::Error(timeout_error()).to_line().into(), now)
+                }
+                Stage::Writing { .. } if now >= c.deadline => c.stage = Stage::Closed,
+                // Its time is up (answered with a fresh look), or a run may have died
+                // without a trace: ask again.
+                Stage::Waiting { until } if recheck || now >= until => {
+                    c.stage = Stage::Asking {
+                        ticket: 0,
+                        until: Some(until),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Accepts up to [`ACCEPT_BATCH`] connections, reading at once what each has sent.
+    fn accept(&mut self, listener: &UnixListener, now: Instant) {
+        for _ in 0..ACCEPT_BATCH {
+            if self.holds_back() {
+                return;
+            }
+            let stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and the like: the connection stays queued; serve those held.
+                    eprintln!("etcd-setup serve-status: accept: {e}");
+                    return;
+                }
+            };
+            self.last_activity = now;
+            if self.is_full() {
+                refuse_busy(stream);
+                continue;
+            }
+            if stream.set_nonblocking(true).is_err() {
+                continue; // cannot serve it without blocking the loop: closed
+            }
+            self.conns.push(Conn {
+                stream,
+                stage: Stage::Reading(Vec::new()),
+                deadline: now + REQUEST_TIMEOUT,
+            });
+            // A client usually writes its request right after connecting: read it now
+            // rather than one more turn of the loop later.
+            self.read(self.conns.len() - 1, now);
+        }
+    }
+
+    /// Whether no connection can be taken now.
+    fn is_full(&self) -> bool {
+        self.conns.len() >= MAX_CLIENTS
+    }
+
+    /// Whether new connections should stay queued in the kernel for now: every slot is
+    /// taken but some are only waiting for the evaluation under way, which frees them in
+    /// a moment. `busy` is for slots held by slow or waiting clients, not for a burst
+    /// that outruns one evaluation (the listen backlog, 4096 by default, holds those).
+    fn holds_back(&self) -> bool {
+        self.is_full()
+            && self
+                .conns
+                .iter()
+                .any(|c| matches!(c.stage, Stage::Asking { until: None, .. }))
+    }
+
+    /// Asks one evaluation for every connection that waits for one and has not asked.
+    fn ask(&mut self) {
+        let mut ticket = None;
+        for c in &mut self.conns {
+            if let Stage::Asking { ticket: t @ 0, .. } = &mut c.stage {
+                *t = *ticket.get_or_insert_with(|| self.evaluations.ask());
+            }
+        }
+    }
+}
+
+/// Starts writing `line` to `conn`; closes it once written.
+fn reply(conn: &mut Conn, line: Arc<[u8]>, now: Instant) {
+    conn.stage = Stage::Writing { line, at: 0 };
+    conn.deadline = now + WRITE_TIMEOUT;
+    write_more(conn);
+}
+
+/// Writes what the socket takes; closes the connection once the reply is out, or when
+/// the client is gone.
+fn write_more(conn: &mut Conn) {
+    let Stage::Writing { line, at } = &mut conn.stage else {
         return;
+    };
+    while *at < line.len() {
+        match (&conn.stream).write(&line[*at..]) {
+            Ok(0) => break,
+            Ok(n) => *at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(_) => break,
+        }
     }
-    let for_thread = Arc::clone(shared);
-    let spawned = std::thread::Builder::new()
-        .stack_size(STACK)
-        .spawn(move || {
-            let _done = Done(&for_thread);
-            serve_one(stream, &for_thread);
-        });
-    if spawned.is_err() {
-        shared.active.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Counts a connection out when its thread ends, however it ends.
-struct Done<'a>(&'a Shared);
-
-impl Drop for Done<'_> {
-    fn drop(&mut self) {
-        *self
-            .0
-            .last_activity
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        self.0.active.fetch_sub(1, Ordering::SeqCst);
-    }
+    // Dropping the stream closes it: the client reads the line, then end of file.
+    conn.stage = Stage::Closed;
 }
 
 fn refuse_busy(stream: UnixStream) {
@@ -343,133 +818,50 @@ fn refuse_busy(stream: UnixStream) {
         "busy",
         format!("{MAX_CLIENTS} queries are being answered; try again"),
     ));
-    // Never block the accepting thread: one try, into the socket's buffer.
+    // Never block the loop: one try, into the socket's buffer.
     let _ = stream.set_nonblocking(true);
     let _ = (&stream).write(&reply.to_line());
 }
 
-/// One connection: credentials, request, answer.
-fn serve_one(mut stream: UnixStream, shared: &Shared) {
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let request = read_request(&mut stream);
-    let reply = match request {
-        Err(e) => Reply::Error(e),
-        Ok(bytes) => answer(&stream, &bytes, shared),
-    };
-    let _ = stream.write_all(&reply.to_line());
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-}
-
-fn answer(stream: &UnixStream, bytes: &[u8], shared: &Shared) -> Reply {
-    let creds = match getsockopt(stream, PeerCredentials) {
-        Ok(c) => c,
-        Err(e) => {
-            return Reply::Error(ErrorBody::new(
-                "internal-error",
-                format!("cannot read the peer's credentials: {e}"),
-            ))
-        }
-    };
-    let (uid, gid) = (Uid::from_raw(creds.uid()), Gid::from_raw(creds.gid()));
-    if !shared.access.allows(uid, gid) {
-        return Reply::Error(shared.access.refusal(uid));
-    }
-    let request = match parse_request(bytes) {
-        Ok(r) => r,
-        Err(e) => return Reply::Error(e),
-    };
-    let live_copy = shared.store.run_path();
-    let look = || {
-        evaluate(
-            &shared.store.load_detailed(),
-            &live_copy,
-            shared.live.as_ref(),
-            &pid_alive,
-        )
-    };
-    if !request.wait {
-        return Reply::Answer(Box::new(look()));
-    }
-    let deadline = Instant::now() + Duration::from_millis(request.timeout_ms).min(MAX_WAIT);
+/// Reads what the client sent so far into `buf` (through `scratch`, at least
+/// [`MAX_REQUEST`] + 1 bytes): `None` while the request line is incomplete, else the
+/// line (without its newline) or why it is refused. A request is one line of at most
+/// [`MAX_REQUEST`] bytes, newline included; end of file also ends it.
+fn read_some(
+    stream: &mut UnixStream,
+    buf: &mut Vec<u8>,
+    scratch: &mut [u8],
+) -> Option<Result<Vec<u8>, ErrorBody>> {
     loop {
-        // The generation before the look: a change during it wakes the next wait.
-        let seen = shared.changes.generation();
-        let answer = look();
-        let now = Instant::now();
-        if answer.verdict.is_terminal() || now >= deadline {
-            return Reply::Answer(Box::new(answer));
-        }
-        if hung_up(stream) {
-            // Nobody to answer: free the connection's slot now, not at the deadline.
-            return Reply::Error(ErrorBody::new("gone", "the client hung up while waiting"));
-        }
-        shared
-            .changes
-            .wait_past(seen, (deadline - now).min(RECHECK));
-    }
-}
-
-/// Whether the client closed its end entirely (a waiting client that gave up). POLLHUP
-/// comes only when both directions are shut, so a client that only half-closed (shut its
-/// write side after the request) still gets its answer.
-fn hung_up(stream: &UnixStream) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::empty())];
-    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
-        && fds[0]
-            .revents()
-            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
-}
-
-/// Reads one request line: at most [`MAX_REQUEST`] bytes within [`REQUEST_TIMEOUT`].
-fn read_request(stream: &mut UnixStream) -> Result<Vec<u8>, ErrorBody> {
-    let deadline = Instant::now() + REQUEST_TIMEOUT;
-    let mut buf = vec![0u8; MAX_REQUEST + 1];
-    let mut len = 0;
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(timeout_error());
-        }
-        let _ = stream.set_read_timeout(Some(deadline - now));
-        match stream.read(&mut buf[len..]) {
-            Ok(0) => {
-                if len == 0 {
-                    return Err(ErrorBody::new(
-                        "bad-request",
-                        "the connection closed before a request arrived",
-                    ));
-                }
-                buf.truncate(len);
-                return Ok(buf);
+        let room = (MAX_REQUEST + 1).saturating_sub(buf.len()).max(1);
+        match stream.read(&mut scratch[..room]) {
+            Ok(0) if buf.is_empty() => {
+                return Some(Err(ErrorBody::new(
+                    "bad-request",
+                    "the connection closed before a request arrived",
+                )))
             }
+            Ok(0) => return Some(Ok(std::mem::take(buf))),
             Ok(n) => {
-                if let Some(end) = buf[len..len + n].iter().position(|&b| b == b'\n') {
-                    buf.truncate(len + end);
-                    return Ok(buf);
+                if let Some(end) = scratch[..n].iter().position(|&b| b == b'\n') {
+                    buf.extend_from_slice(&scratch[..end]);
+                    return Some(Ok(std::mem::take(buf)));
                 }
-                len += n;
-                if len > MAX_REQUEST - 1 {
-                    return Err(ErrorBody::new(
+                buf.extend_from_slice(&scratch[..n]);
+                if buf.len() > MAX_REQUEST - 1 {
+                    return Some(Err(ErrorBody::new(
                         "request-too-large",
                         format!("a request is one line of at most {MAX_REQUEST} bytes"),
-                    ));
+                    )));
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(timeout_error())
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
             Err(e) => {
-                return Err(ErrorBody::new(
+                return Some(Err(ErrorBody::new(
                     "bad-request",
                     format!("cannot read the request: {e}"),
-                ))
+                )))
             }
         }
     }
@@ -537,13 +929,55 @@ mod tests {
     }
 
     #[test]
-    fn a_change_wakes_a_waiter() {
-        let changes = Arc::new(Changes::default());
-        let seen = changes.generation();
-        let bumper = Arc::clone(&changes);
-        let t = std::thread::spawn(move || bumper.bump());
-        changes.wait_past(seen, Duration::from_secs(30));
-        t.join().unwrap();
-        assert_ne!(changes.generation(), seen);
+    fn the_watch_counts_a_change_made_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let watch = Watch::new(dir.path()).unwrap();
+        let (before, reliable) = watch.current();
+        assert!(reliable);
+        assert_eq!(watch.current().0, before, "nothing changed");
+        // inotify queues the event within the rename: the very next read sees it.
+        let tmp = dir.path().join("state.json.tmp");
+        std::fs::write(&tmp, b"{}").unwrap();
+        std::fs::rename(&tmp, dir.path().join("state.json")).unwrap();
+        assert_ne!(watch.current().0, before);
+        // A removed folder ends the watch: nothing it says can be trusted any more.
+        std::fs::remove_file(dir.path().join("state.json")).unwrap();
+        std::fs::remove_dir(dir.path()).unwrap();
+        assert!(!watch.current().1);
+        assert!(!Watch::absent().current().1);
+    }
+
+    #[test]
+    fn requests_are_read_up_to_their_newline_and_at_most_4_kib() {
+        let mut scratch = vec![0; MAX_REQUEST + 1];
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let mut buf = Vec::new();
+        assert!(
+            read_some(&mut a, &mut buf, &mut scratch).is_none(),
+            "nothing yet"
+        );
+        b.write_all(b"{\"version\":").unwrap();
+        assert!(
+            read_some(&mut a, &mut buf, &mut scratch).is_none(),
+            "half a line"
+        );
+        b.write_all(b"1}\ntrailing").unwrap();
+        let line = read_some(&mut a, &mut buf, &mut scratch).unwrap().unwrap();
+        assert_eq!(line, b"{\"version\":1}");
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.write_all(&[b' '; 5000]).unwrap();
+        let mut buf = Vec::new();
+        let e = read_some(&mut a, &mut buf, &mut scratch)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code, "request-too-large");
+        let (mut a, b) = UnixStream::pair().unwrap();
+        drop(b);
+        let e = read_some(&mut a, &mut Vec::new(), &mut scratch)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code, "bad-request", "closed before a request");
     }
 }
