@@ -354,6 +354,15 @@ fn all_at_once(socket: &Path, clients: usize, drivers: usize, slice: usize) -> u
         cpu_ms(generator.0),
         cpu_ms(generator.1),
     );
+    // The floor under any burst: the work every client costs, spread over every CPU.
+    let work = loop_run + eval_run + generator.0;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    println!(
+        "    together {} of CPU ({:.1} us per client): had all {clients} connected at the same instant, even {cpus} CPUs doing nothing else could not get the median reply out sooner than about {} after it",
+        cpu_ms(work),
+        work as f64 / 1e3 / clients as f64,
+        cpu_ms(work / 2 / cpus),
+    );
     println!(
         "    all done after {} (silent clients hold until their 2 s request timeout)",
         ms(wall)
