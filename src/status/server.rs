@@ -980,4 +980,82 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, "bad-request", "closed before a request");
     }
+
+    /// A server on a socket in `dir` with no state (answers `not-started`), in a thread.
+    /// `before` runs between binding and serving.
+    fn serve_in(dir: &Path, before: impl FnOnce(&Path)) {
+        let socket = dir.join("status.sock");
+        let listener = bind(&socket).unwrap();
+        before(&socket);
+        let options = Options {
+            store: StateStore::new(dir.join("run"), dir.join("lib")),
+            // The group of whoever runs the tests: its peers are allowed.
+            group: Group::from_gid(nix::unistd::getegid())
+                .ok()
+                .flatten()
+                .map_or_else(|| "root".into(), |g| g.name),
+            idle_exit: None,
+        };
+        let live = Arc::new(super::super::FileLive(dir.join("none.json")));
+        std::thread::spawn(move || serve(listener, options, live));
+    }
+
+    fn read_line(s: &mut UnixStream) -> String {
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply);
+        reply
+    }
+
+    #[test]
+    fn a_burst_larger_than_the_slots_is_answered_not_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut clients = Vec::new();
+        // 600 requests queued in the listen backlog before the server even starts.
+        serve_in(dir.path(), |socket| {
+            for _ in 0..600 {
+                let mut s = UnixStream::connect(socket).unwrap();
+                s.write_all(b"{\"version\":1}\n").unwrap();
+                clients.push(s);
+            }
+        });
+        for s in &mut clients {
+            let reply = read_line(s);
+            assert!(reply.contains("\"verdict\":\"not-started\""), "{reply}");
+        }
+    }
+
+    #[test]
+    fn past_the_held_slots_a_client_is_told_busy_until_one_frees() {
+        let dir = tempfile::tempdir().unwrap();
+        serve_in(dir.path(), |_| {});
+        let socket = dir.path().join("status.sock");
+        let silent: Vec<UnixStream> = (0..MAX_CLIENTS)
+            .map(|_| UnixStream::connect(&socket).unwrap())
+            .collect();
+        // Wait until the server holds them all, then one more is refused.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let reply = loop {
+            let mut s = UnixStream::connect(&socket).unwrap();
+            s.write_all(b"{\"version\":1}\n").unwrap();
+            let reply = read_line(&mut s);
+            if reply.contains("\"busy\"") || Instant::now() > deadline {
+                break reply;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(reply.contains("\"code\":\"busy\""), "{reply}");
+        drop(silent);
+        // The slots free as the silent clients hang up (each read sees end of file).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut s = UnixStream::connect(&socket).unwrap();
+            s.write_all(b"{\"version\":1}\n").unwrap();
+            let reply = read_line(&mut s);
+            if reply.contains("not-started") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "still refused: {reply}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
