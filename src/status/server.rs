@@ -225,6 +225,8 @@ struct Evaluated {
     line: Arc<[u8]>,
     /// Whether a `--wait` ends on it.
     terminal: bool,
+    /// The watch generation it read the state under.
+    generation: u64,
 }
 
 /// What the loop and the evaluator share.
@@ -322,13 +324,17 @@ fn evaluator(
                 parsed = Some((generation, fresh));
             }
             let terminal = answer.verdict.is_terminal();
-            (Reply::Answer(Box::new(answer)).to_line(), terminal)
+            (
+                Reply::Answer(Box::new(answer)).to_line(),
+                terminal,
+                generation,
+            )
         }));
-        let (line, terminal) = once.unwrap_or_else(|_| {
+        let (line, terminal, generation) = once.unwrap_or_else(|_| {
             parsed = None;
             let e = ErrorBody::new("internal-error", "building the answer failed");
             // Terminal, so waiters get the error instead of waiting on it.
-            (Reply::Error(e).to_line(), true)
+            (Reply::Error(e).to_line(), true, 0)
         });
         evaluations
             .slot
@@ -338,6 +344,7 @@ fn evaluator(
             ticket,
             line: line.into(),
             terminal,
+            generation,
         });
         // The socket is non-blocking: when full, a wake-up is pending anyway.
         let _ = (&wake).write(&[1]);
@@ -681,6 +688,7 @@ impl Server {
             return;
         }
         let mut parked = false;
+        let generation = self.generation;
         for c in &mut self.conns {
             let Stage::Asking { ticket, until } = c.stage else {
                 continue;
@@ -689,6 +697,14 @@ impl Server {
                 continue; // asked after this evaluation began
             }
             match until {
+                // The state changed after this evaluation read it: the waiter asks again
+                // now rather than at the next re-check.
+                Some(until) if !done.terminal && now < until && done.generation != generation => {
+                    c.stage = Stage::Asking {
+                        ticket: 0,
+                        until: Some(until),
+                    };
+                }
                 Some(until) if !done.terminal && now < until => {
                     c.stage = Stage::Waiting { until };
                     parked = true;
