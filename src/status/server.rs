@@ -14,7 +14,8 @@
 //! writes megabytes or garbage, costs the others a few microseconds of the loop's time
 //! and one slot, never a wait. At most [`MAX_CLIENTS`] connections are held open at once
 //! (reading, waiting for their answer, `--wait`ing, or writing); beyond that a client gets
-//! a `busy` error at once.
+//! a `busy` error at once, unless some slots only wait for the evaluation under way: then
+//! new clients stay in the listen backlog a moment, so a burst is answered, not refused.
 //!
 //! Answers come from a second thread (the evaluator), because building one may block: the
 //! live view asks systemd over D-Bus and etcd's health endpoint (bounded, but seconds).
@@ -22,8 +23,9 @@
 //! request was read*, so an answer is never older than its question: the same freshness
 //! as evaluating per request, which the server did before. Requests that arrive while
 //! one evaluation runs share the next, so under a burst one evaluation answers hundreds.
-//! An evaluation reuses the parsed state file while the inotify watch on the live state
-//! folder reports no change: inotify queues its events within the writer's own rename,
+//! An evaluation reuses the parsed live state file while the inotify watch on its folder
+//! reports no change (the persistent copy, read only when the live one is missing or
+//! corrupt, is read every time): inotify queues its events within the writer's own rename,
 //! and the evaluator reads the queue before deciding, so a change made before a request
 //! is always seen. Each evaluation still checks the run's PID (a run killed by SIGKILL
 //! writes nothing) and asks the live view, which caches its own look (500 ms on a node).
@@ -68,7 +70,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 const RECHECK: Duration = Duration::from_secs(1);
 /// The loop wakes at least this often, to notice idleness.
 const TICK: Duration = Duration::from_millis(500);
-/// Stack of the evaluator and of the loop's helpers.
+/// Stack of the evaluator thread.
 const STACK: usize = 256 * 1024;
 
 /// What the server needs.
