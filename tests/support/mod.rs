@@ -1,3 +1,4 @@
 //! Shared test support: the VM bed and the test inputs.
 pub mod inputs;
+pub mod net;
 pub mod vm;

@@ -182,6 +182,12 @@ fn spawn_qemu(dir: &Path, args: &[std::ffi::OsString]) -> Child {
 /// `ssh` as `cloud` to the guest behind loopback `port`, bounded by `limit` (coreutils
 /// `timeout` kills it), host keys not kept (each VM makes new ones).
 pub fn ssh_command(port: u16, limit: Duration, remote: &str) -> Command {
+    ssh_via(port, limit, remote, None)
+}
+
+/// [`ssh_command`], sharing one connection per `control` socket (ssh's ControlMaster),
+/// as a management server polling every few seconds keeps its connections.
+fn ssh_via(port: u16, limit: Duration, remote: &str, control: Option<&Path>) -> Command {
     let mut cmd = Command::new("timeout");
     cmd.args(["--kill-after=5", &limit.as_secs().max(1).to_string()])
         .args(["ssh", "-q", "-i"])
@@ -201,11 +207,32 @@ pub fn ssh_command(port: u16, limit: Duration, remote: &str) -> Command {
             "-o",
             "LogLevel=ERROR",
         ])
-        .args(["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"])
-        .arg("cloud@127.0.0.1")
-        .arg(remote)
-        .stdin(Stdio::null());
+        .args(["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]);
+    if let Some(control) = control {
+        cmd.args(["-o", "ControlMaster=auto", "-o", "ControlPersist=60"])
+            .arg("-o")
+            .arg(format!("ControlPath={}", control.display()));
+    }
+    cmd.arg("cloud@127.0.0.1").arg(remote).stdin(Stdio::null());
     cmd
+}
+
+/// A way into one guest that threads can share: SSH over a kept connection.
+#[derive(Clone, Debug)]
+pub struct Remote {
+    /// The VM's name.
+    pub name: String,
+    port: u16,
+    control: PathBuf,
+}
+
+impl Remote {
+    /// Runs `remote` as `cloud`, at most `limit`.
+    pub fn run(&self, limit: Duration, remote: &str) -> Output {
+        ssh_via(self.port, limit, remote, Some(&self.control))
+            .output()
+            .expect("run ssh")
+    }
 }
 
 /// Runs `remote` in the guest on a thread of its own (at most 300 s), for watching the
@@ -285,8 +312,9 @@ pub fn ssh_key() -> &'static SshKey {
 
 /// Builds a NoCloud seed ISO (label CIDATA) the way the management server's config
 /// drive carries it: creates the `cloud` user with this run's SSH key, plus `extra`
-/// cloud-config (YAML lines appended to user-data).
-pub fn seed_iso(dir: &Path, hostname: &str, extra: &str) -> PathBuf {
+/// cloud-config (YAML lines appended to user-data), and a `network-config` (cloud-init's
+/// network config version 2) when given.
+pub fn seed_iso(dir: &Path, hostname: &str, extra: &str, network: Option<&str>) -> PathBuf {
     let src = dir.join("seed");
     fs::create_dir_all(&src).expect("seed dir");
     fs::write(
@@ -310,6 +338,9 @@ pub fn seed_iso(dir: &Path, hostname: &str, extra: &str) -> PathBuf {
         ssh_key().public
     );
     fs::write(src.join("user-data"), user_data).expect("user-data");
+    if let Some(network) = network {
+        fs::write(src.join("network-config"), network).expect("network-config");
+    }
     let iso = dir.join("seed.iso");
     super::inputs::make_iso(&src, "CIDATA", &iso);
     iso
@@ -325,9 +356,16 @@ pub struct VmSpec {
     pub user_data: String,
     /// Guest memory in MiB.
     pub memory_mb: u32,
+    /// Virtual CPUs.
+    pub cpus: u32,
+    /// cloud-init network config for the seed (the first NIC has MAC [`NAT_MAC`]).
+    pub network_config: Option<String>,
     /// Extra qemu arguments (for example a second NIC).
     pub extra_args: Vec<String>,
 }
+
+/// The MAC of every VM's first NIC (user-mode networking, SSH).
+pub const NAT_MAC: &str = "52:54:00:12:34:56";
 
 impl VmSpec {
     /// A node with an empty CD-ROM drive and no extra cloud-config.
@@ -337,6 +375,8 @@ impl VmSpec {
             cdrom: None,
             user_data: String::new(),
             memory_mb: 2048,
+            cpus: 2,
+            network_config: None,
             extra_args: Vec::new(),
         }
     }
@@ -387,7 +427,12 @@ impl Vm {
             "qemu-img: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let seed = seed_iso(&dir, &spec.name, &spec.user_data);
+        let seed = seed_iso(
+            &dir,
+            &spec.name,
+            &spec.user_data,
+            spec.network_config.as_deref(),
+        );
         let ssh_port = free_port();
         let cdrom = match &spec.cdrom {
             Some(iso) => format!(
@@ -399,7 +444,12 @@ impl Vm {
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args(["-machine", "pc"])
             .args(accel.args())
-            .args(["-smp", "2", "-m", &spec.memory_mb.to_string()])
+            .args([
+                "-smp",
+                &spec.cpus.to_string(),
+                "-m",
+                &spec.memory_mb.to_string(),
+            ])
             .args(["-nodefaults", "-display", "none", "-no-reboot"])
             .arg("-kernel")
             .arg(image.dir.join("vmlinuz"))
@@ -422,7 +472,10 @@ impl Vm {
             .arg(format!(
                 "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"
             ))
-            .args(["-device", "virtio-net-pci,netdev=n0"])
+            .args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={NAT_MAC}"),
+            ])
             // append=on: a reboot (a new qemu on the same disk) keeps the first console.
             .arg("-chardev")
             .arg(format!(
@@ -538,6 +591,15 @@ impl Vm {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A shareable way into the guest over one kept SSH connection.
+    pub fn remote(&self) -> Remote {
+        Remote {
+            name: self.name.clone(),
+            port: self.ssh_port,
+            control: self.dir.join("ssh.mux"),
+        }
+    }
+
     /// The VM's QMP connection (opened on first use).
     pub fn qmp(&mut self) -> &mut Qmp {
         if self.qmp.is_none() {
@@ -576,6 +638,18 @@ impl Vm {
 
 impl Drop for Vm {
     fn drop(&mut self) {
+        // A kept SSH connection (see `remote`) ends with the VM.
+        let mux = self.dir.join("ssh.mux");
+        if mux.exists() {
+            let _ = Command::new("ssh")
+                .arg("-o")
+                .arg(format!("ControlPath={}", mux.display()))
+                .args(["-O", "exit", "cloud@127.0.0.1"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         // Killed by its own PID, whatever state the test left it in.
         let _ = self.child.kill();
         let _ = self.child.wait();
