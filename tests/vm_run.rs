@@ -119,6 +119,20 @@ fn assert_etcd_healthy(vm: &Vm) {
     assert!(health.contains("is healthy"), "{health}");
 }
 
+/// `etcd-setup status --format json` as `cloud` (in the status group), as the management
+/// server asks over SSH: (exit code, answer).
+fn status_json(vm: &Vm) -> (i32, serde_json::Value) {
+    let out = vm.ssh("etcd-setup status --format json");
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status is not JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), doc)
+}
+
 fn verdict(scenario: &str, secs: f64, what: &str) {
     report(&format!(
         "run scenario {scenario:<44} | pass | {secs:>6.1} s | {what}"
@@ -180,6 +194,38 @@ fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
         "etcd active, endpoint healthy, no failure file",
     );
 
+    // status, socket-activated after the run ended: running, with the live view.
+    let (code, doc) = status_json(&vm);
+    assert_eq!(
+        (code, doc["verdict"].as_str()),
+        (0, Some("running")),
+        "{doc}"
+    );
+    assert_eq!(doc["member_name"], "run-a", "{doc}");
+    assert_eq!(doc["etcd"]["version"], "3.5.1", "{doc}");
+    assert_eq!(doc["etcd"]["active_state"], "active", "{doc}");
+    assert_eq!(doc["etcd"]["health"], "healthy", "{doc}");
+    assert_eq!(doc["run"]["alive"], false, "{doc}");
+    let line = vm.ssh_ok("etcd-setup status");
+    assert!(
+        line.starts_with("running: member run-a, etcd 3.5.1 active, healthy"),
+        "{line}"
+    );
+    // A user outside the status group is refused, by name, with exit 5.
+    let refused = root(
+        &vm,
+        "setpriv --reuid=nobody --regid=nogroup --clear-groups etcd-setup status 2>&1; echo rc=$?",
+    );
+    assert!(
+        refused.contains("forbidden") && refused.trim().ends_with("rc=5"),
+        "{refused}"
+    );
+    verdict(
+        "a: status after success (socket activation)",
+        0.0,
+        "running, member and live version shown; others refused (exit 5)",
+    );
+
     // The packaged files pass the tools that own their formats.
     let schema = root(
         &vm,
@@ -230,6 +276,12 @@ fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
         "the run after the reboot did more than verify:\n{log}"
     );
     assert!(!log.contains("waiting for the Kubernetes ISO"), "{log}");
+    let (code, doc) = status_json(&vm);
+    assert_eq!(
+        (code, doc["verdict"].as_str()),
+        (0, Some("running")),
+        "{doc}"
+    );
     verdict(
         "g: reboot after success",
         secs,
@@ -293,6 +345,12 @@ fn c_no_iso_times_out_with_a_reason_listing_the_discs() {
         "{line}"
     );
     assert!(line.contains("/dev/sr0 (no medium)"), "{line}");
+    let (code, doc) = status_json(&vm);
+    assert_eq!(
+        (code, doc["reason"]["code"].as_str()),
+        (1, Some("iso-timeout")),
+        "{doc}"
+    );
     assert_eq!(
         vm.ssh_ok(&format!("stat -c %U {FAILED_FILE}")).trim(),
         "cloud"
