@@ -73,6 +73,9 @@ pub struct Reporter {
     failure_file: PathBuf,
     owner: String,
     journal: bool,
+    /// Whether this run holds the run lock, i.e. reports for the node. A run still
+    /// waiting for another must not write over that one's state or stop its etcd.
+    holds_lock: bool,
 }
 
 impl Reporter {
@@ -86,6 +89,7 @@ impl Reporter {
             failure_file,
             owner,
             journal: std::env::var_os("JOURNAL_STREAM").is_some(),
+            holds_lock: false,
         }
     }
 
@@ -258,6 +262,7 @@ pub fn run(
         }
     };
 
+    with(shared, |r| r.holds_lock = true);
     match steps(&settings, paths, shared) {
         Ok(()) => exit::OK,
         Err(failure) => {
@@ -604,6 +609,20 @@ fn eject(device: &Path, shared: &SharedReporter) {
 /// Records `interrupted` for a signal (called from the signal thread), stops and
 /// disables etcd if the run had not reached it yet.
 pub fn interrupted(shared: &SharedReporter, signal: &str) -> u8 {
+    // Stopped while waiting for another run (or before it knew its configuration): the
+    // other run reports for the node; this one leaves the files and etcd alone.
+    let waiting = with(shared, |r| {
+        if !r.holds_lock {
+            r.log(
+                4,
+                &format!("stopped by {signal} while waiting for another run; that run reports for the node"),
+            );
+        }
+        !r.holds_lock
+    });
+    if waiting || lock(shared).is_none() {
+        return exit::INTERRUPTED;
+    }
     let phase = with(shared, |r| {
         let phase = r.phase();
         let failure = Failure::new(

@@ -1,4 +1,5 @@
-//! The command line of `run` itself (its other exit codes need a node: tests/vm_run.rs).
+//! The command line of `run` itself, and its lock seen from a second caller (its other
+//! exit codes need a node: tests/vm_run.rs).
 
 use std::process::Command;
 
@@ -50,4 +51,79 @@ fn version_names_the_git_commit() {
         !text.contains("(unknown)"),
         "built without the git commit: {text}"
     );
+}
+
+/// A second run stopped while it waits for the lock leaves the node's record alone: the
+/// run holding the lock reports for the node (and its etcd is not stopped).
+#[test]
+fn a_run_stopped_while_waiting_for_the_lock_writes_nothing() {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (run, lib) = (dir.path().join("run"), dir.path().join("lib"));
+    std::fs::create_dir_all(&run).expect("run dir");
+    let failed = dir.path().join("failed");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nname = \"etcd-1\"\nip = \"127.0.0.1\"\n\
+             [etcd]\ninitial_cluster = \"etcd-1=http://127.0.0.1:2380\"\ncluster_token = \"t\"\n\
+             [report]\nfailure_file = \"{}\"\nowner = \"root\"\n",
+            failed.display()
+        ),
+    )
+    .expect("config");
+    // The other run: holds the lock the whole time.
+    let lock_file = std::fs::File::create(run.join("run.lock")).expect("lock file");
+    let _held = Flock::lock(lock_file, FlockArg::LockExclusive).expect("flock");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("ETCD_SETUP_RUN_DIR", &run)
+        .env("ETCD_SETUP_STATE_DIR", &lib)
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start etcd-setup run");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("waiting for it")) {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) => lines.push(line),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("the run never said it waits for the lock ({e}): {lines:?}");
+            }
+        }
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = child.wait().expect("wait");
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
+        lines.push(line);
+    }
+    assert_eq!(status.code(), Some(4), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("stopped by SIGTERM while waiting for another run")),
+        "{lines:?}"
+    );
+    assert!(!failed.exists(), "a failure file was written");
+    for state in [run.join("state.json"), lib.join("state.json")] {
+        assert!(!state.exists(), "{} was written", state.display());
+    }
 }
