@@ -49,6 +49,8 @@ fn main() {
         "sudo timeout 100 sh -c 'until grep -q waiting-for-iso /run/etcd-setup/state.json 2>/dev/null; do sleep 0.2; done'",
     );
     show(&vm, "systemctl status etcd-setup --no-pager | head -n 12");
+    // What the management server sees when it polls over SSH.
+    show(&vm, "etcd-setup status; echo \"(exit $?)\"");
 
     step(&format!(
         "attaching {} to the CD-ROM over QMP, as the platform does",
@@ -77,7 +79,9 @@ fn main() {
     }
     // cloud-init's runcmd ran the same job; once it is done the state is final.
     vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
-    show(&vm, "sudo cat /run/etcd-setup/state.json");
+    show(&vm, "etcd-setup status; echo \"(exit $?)\"");
+    show(&vm, "etcd-setup status --long");
+    show(&vm, "etcd-setup status --format json");
 
     if keep {
         step(&format!(
