@@ -481,8 +481,13 @@ fn start_and_confirm(
         match rx.recv_timeout(Duration::from_secs(5)) {
             Ok(result) => break result?,
             Err(mpsc::RecvTimeoutError::Timeout) => with(shared, |r| {
+                let waiting = if peers == 0 {
+                    "etcd started, waiting for it to report ready".to_string()
+                } else {
+                    format!("etcd started, waiting for quorum with its {peers} peer(s)")
+                };
                 r.progress(&format!(
-                    "etcd started, waiting for quorum with its {peers} peer(s), {} s of {} s",
+                    "{waiting}, {} s of {} s",
                     started.elapsed().as_secs(),
                     settings.start_timeout.as_secs()
                 ))

@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 use support::net::Hub;
 use support::vm::{report, unix_now, Image, Remote, Vm, VmSpec, NAT_MAC};
 
-/// Between two ISO inserts, as the platform attaches them one node after another.
-const INSERT_GAP: Duration = Duration::from_secs(15);
+/// Between two ISO inserts, as the platform attaches them one node after another: long
+/// enough that the first member is seen waiting for its peers (it reaches etcd's start
+/// about 20 s after its insert on three TCG guests sharing two cores).
+const INSERT_GAP: Duration = Duration::from_secs(25);
 /// How often the driver polls each node (after the previous answer came back).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 
