@@ -63,6 +63,11 @@ impl Sample {
         }
     }
 
+    /// Whether the node answered (the poll reached `status` and got its JSON).
+    fn answered(&self) -> bool {
+        self.verdict != "unreachable"
+    }
+
     fn waiting_for_quorum(&self) -> bool {
         self.phase == "starting" && self.progress.contains("waiting for quorum")
     }
@@ -155,13 +160,22 @@ fn poll(remote: Remote, samples: Arc<Mutex<Vec<Sample>>>, stop: Arc<AtomicBool>)
     while !stop.load(Ordering::Relaxed) {
         let out = remote.run(Duration::from_secs(30), "etcd-setup status --format json");
         let at = unix_now();
-        if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) {
-            let exit = out.status.code().unwrap_or(-1);
-            samples
-                .lock()
-                .unwrap()
-                .push(Sample::from_json(at, exit, &v));
-        }
+        let exit = out.status.code().unwrap_or(-1);
+        let sample = match serde_json::from_slice::<Value>(&out.stdout) {
+            Ok(v) => Sample::from_json(at, exit, &v),
+            // No answer (SSH or the socket failed): the management server sees that too.
+            Err(_) => Sample {
+                at,
+                exit,
+                verdict: "unreachable".into(),
+                phase: String::new(),
+                progress: String::new(),
+                reason: String::new(),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                restarts: 0,
+            },
+        };
+        samples.lock().unwrap().push(sample);
         std::thread::sleep(POLL_EVERY);
     }
 }
@@ -365,7 +379,7 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     }
     for (i, n) in c.nodes.iter().enumerate() {
         let s = n.await_sample(inserted[i], Duration::from_secs(600), |s| {
-            s.verdict != "in-progress"
+            s.answered() && s.verdict != "in-progress"
         });
         assert_eq!(
             (s.verdict.as_str(), s.exit),
@@ -455,7 +469,7 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     }
     // Active again, but three crashes since setup: still a crash loop, not "running".
     let after = unix_now();
-    let s = node.await_sample(after, Duration::from_secs(30), |_| true);
+    let s = node.await_sample(after, Duration::from_secs(30), Sample::answered);
     assert_eq!(
         (s.verdict.as_str(), s.reason.as_str()),
         ("failed", "etcd-unhealthy"),
@@ -465,7 +479,7 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     assert!(s.message.contains("restart"), "{s:?}");
     // The other members stay running meanwhile.
     for n in &c.nodes[..2] {
-        let s = n.await_sample(after, Duration::from_secs(30), |_| true);
+        let s = n.await_sample(after, Duration::from_secs(30), Sample::answered);
         assert_eq!(s.verdict, "running", "{}: {s:?}", n.name);
     }
     report(&format!(
@@ -494,7 +508,7 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
 
     let bad = c.insert(1, "k8s-no-etcd.iso");
     let s = c.nodes[1].await_sample(bad, Duration::from_secs(120), |s| {
-        s.verdict != "in-progress"
+        s.answered() && s.verdict != "in-progress"
     });
     assert_eq!(
         (s.verdict.as_str(), s.reason.as_str(), s.exit),
@@ -510,10 +524,10 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
     ));
     // Meanwhile the first node still waits for quorum, the third for its ISO.
     let seen = s.at;
-    let s0 = c.nodes[0].await_sample(seen, Duration::from_secs(30), |_| true);
+    let s0 = c.nodes[0].await_sample(seen, Duration::from_secs(30), Sample::answered);
     assert!(s0.waiting_for_quorum(), "{s0:?}");
     assert_eq!((s0.verdict.as_str(), s0.exit), ("in-progress", 3), "{s0:?}");
-    let s2 = c.nodes[2].await_sample(seen, Duration::from_secs(30), |_| true);
+    let s2 = c.nodes[2].await_sample(seen, Duration::from_secs(30), Sample::answered);
     assert_eq!(s2.phase, "waiting-for-iso", "{s2:?}");
     report(&format!(
         "cluster c2: meanwhile {} says \"{}\"",
@@ -527,7 +541,7 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
     for i in [0, 2] {
         let n = &c.nodes[i];
         let s = n.await_sample(third, Duration::from_secs(600), |s| {
-            s.verdict != "in-progress"
+            s.answered() && s.verdict != "in-progress"
         });
         assert_eq!(
             s.verdict,
@@ -540,7 +554,7 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
     for i in [0, 2] {
         c.nodes[i].assert_no_step_back();
     }
-    let s1 = c.nodes[1].await_sample(unix_now(), Duration::from_secs(30), |_| true);
+    let s1 = c.nodes[1].await_sample(unix_now(), Duration::from_secs(30), Sample::answered);
     assert_eq!(s1.reason, "archive-missing", "{s1:?}");
     // etcd lists the member without etcd as never started (no client URL).
     let members: Value =

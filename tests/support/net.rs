@@ -102,5 +102,6 @@ impl Drop for Hub {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
