@@ -616,16 +616,13 @@ fn eject(device: &Path, shared: &SharedReporter) {
 pub fn interrupted(shared: &SharedReporter, signal: &str) -> u8 {
     // Stopped while waiting for another run (or before it knew its configuration): the
     // other run reports for the node; this one leaves the files and etcd alone.
-    let waiting = with(shared, |r| {
-        if !r.holds_lock {
+    if !with(shared, |r| r.holds_lock) {
+        with(shared, |r| {
             r.log(
                 4,
                 &format!("stopped by {signal} while waiting for another run; that run reports for the node"),
-            );
-        }
-        !r.holds_lock
-    });
-    if waiting || lock(shared).is_none() {
+            )
+        });
         return exit::INTERRUPTED;
     }
     let phase = with(shared, |r| {

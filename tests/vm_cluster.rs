@@ -13,7 +13,7 @@ mod support;
 
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use support::net::Hub;
 use support::vm::{report, unix_now, Image, Remote, Vm, VmSpec, NAT_MAC};
@@ -85,12 +85,26 @@ impl Sample {
     }
 }
 
+/// Every answer of one node, in order; the poller signals each new one.
+#[derive(Default)]
+struct Samples {
+    list: Mutex<Vec<Sample>>,
+    added: Condvar,
+}
+
+impl Samples {
+    fn push(&self, sample: Sample) {
+        self.list.lock().unwrap().push(sample);
+        self.added.notify_all();
+    }
+}
+
 /// A node and what the driver saw of it.
 struct Node {
     vm: Vm,
     name: String,
     ip: String,
-    samples: Arc<Mutex<Vec<Sample>>>,
+    samples: Arc<Samples>,
 }
 
 impl Node {
@@ -102,32 +116,29 @@ impl Node {
     /// the poller at most `limit`.
     fn await_sample(&self, since: f64, limit: Duration, want: impl Fn(&Sample) -> bool) -> Sample {
         let deadline = Instant::now() + limit;
+        let mut list = self.samples.list.lock().unwrap();
         loop {
-            if let Some(s) = self
-                .samples
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|s| s.at >= since && want(s))
-            {
+            if let Some(s) = list.iter().find(|s| s.at >= since && want(s)) {
                 return s.clone();
             }
-            assert!(
-                Instant::now() < deadline,
-                "{}: no such status within {} s; last answers: {:?}",
-                self.name,
-                limit.as_secs(),
-                self.last_samples(5)
-            );
-            // Waits on our own poller thread's results, not on the guest.
-            std::thread::sleep(Duration::from_millis(100));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let last = &list[list.len().saturating_sub(5)..];
+                panic!(
+                    "{}: no such status within {} s; last answers: {last:?}",
+                    self.name,
+                    limit.as_secs()
+                );
+            }
+            // Woken by the poller's next answer.
+            list = self.samples.added.wait_timeout(list, left).unwrap().0;
         }
     }
 
     /// Once a node answered `running`, it must not go back to "in progress": the
     /// management server would take that for a node starting over.
     fn assert_no_step_back(&self) {
-        let samples = self.samples.lock().unwrap();
+        let samples = self.samples.list.lock().unwrap();
         if let Some(first) = samples.iter().position(|s| s.verdict == "running") {
             if let Some(back) = samples[first..].iter().find(|s| s.verdict == "in-progress") {
                 panic!("{}: in progress again after running: {back:?}", self.name);
@@ -135,16 +146,11 @@ impl Node {
         }
     }
 
-    fn last_samples(&self, n: usize) -> Vec<Sample> {
-        let all = self.samples.lock().unwrap();
-        all[all.len().saturating_sub(n)..].to_vec()
-    }
-
     /// The node's timeline: one line per change of answer, seconds from `zero`.
     fn timeline(&self, zero: f64) -> String {
         let mut out = Vec::new();
         let mut last = String::new();
-        for s in self.samples.lock().unwrap().iter() {
+        for s in self.samples.list.lock().unwrap().iter() {
             let label = s.label();
             if label != last {
                 out.push(format!("{:+.1} s {label}", s.at - zero));
@@ -156,7 +162,7 @@ impl Node {
 }
 
 /// Polls one node until `stop`, keeping every answer.
-fn poll(remote: Remote, samples: Arc<Mutex<Vec<Sample>>>, stop: Arc<AtomicBool>) {
+fn poll(remote: Remote, samples: Arc<Samples>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         let out = remote.run(Duration::from_secs(30), "etcd-setup status --format json");
         let at = unix_now();
@@ -175,7 +181,7 @@ fn poll(remote: Remote, samples: Arc<Mutex<Vec<Sample>>>, stop: Arc<AtomicBool>)
                 restarts: 0,
             },
         };
-        samples.lock().unwrap().push(sample);
+        samples.push(sample);
         std::thread::sleep(POLL_EVERY);
     }
 }
@@ -248,7 +254,7 @@ impl Cluster {
                 vm,
                 name,
                 ip,
-                samples: Arc::new(Mutex::new(Vec::new())),
+                samples: Arc::new(Samples::default()),
             });
         }
         report(&format!(
@@ -403,6 +409,7 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     assert!(
         first
             .samples
+            .list
             .lock()
             .unwrap()
             .iter()
