@@ -16,7 +16,7 @@ use crate::reason::{Failure, ReasonCode};
 use crate::report::{self, Phase, Reporter, SharedReporter, State, StateStore};
 use crate::source;
 use crate::systemd::{self, JobResult, Systemd, Watched};
-use crate::unit::{self, EtcdUnitParams, ETCD_UNIT};
+use crate::unit::{self, ETCD_UNIT};
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -308,35 +308,10 @@ fn already_installed(settings: &Settings, paths: &Paths) -> Option<State> {
     (previous.phase == Phase::Running && intact).then_some(previous)
 }
 
-fn unit_params(s: &Settings) -> EtcdUnitParams {
-    let tls = |t: &Option<config::TlsFiles>| {
-        t.as_ref()
-            .map(|f| (f.cert.clone(), f.key.clone(), f.trusted_ca.clone()))
-    };
-    EtcdUnitParams {
-        install_dir: s.install_dir.clone(),
-        data_dir: s.data_dir.clone(),
-        name: s.node_name.clone(),
-        initial_cluster: s.initial_cluster_arg(),
-        cluster_token: s.cluster_token.clone(),
-        cluster_state: s.cluster_state.as_str().to_string(),
-        listen_client_urls: s.listen_client_urls(),
-        advertise_client_urls: s.advertise_client_urls(),
-        listen_peer_urls: s.listen_peer_urls(),
-        initial_advertise_peer_urls: s.initial_advertise_peer_urls(),
-        metrics_url: s.metrics_url(),
-        client_tls: tls(&s.tls.client),
-        peer_tls: tls(&s.tls.peer),
-        start_timeout: s.start_timeout,
-        members: s.initial_cluster.len(),
-    }
-}
-
 /// Writes etcd's environment file and unit, each atomically.
 fn write_unit(settings: &Settings) -> Result<(), Failure> {
-    let params = unit_params(settings);
-    let env = unit::render_env(&params)?;
-    let text = unit::render_unit(&params)?;
+    let env = unit::render_env(settings, &unit::Membership::configured(settings));
+    let text = unit::render_unit(settings);
     for (path, body) in [(unit::ENV_FILE, env), (unit::UNIT_FILE, text)] {
         let path = Path::new(path);
         if let Some(parent) = path.parent() {

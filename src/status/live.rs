@@ -4,7 +4,7 @@ use crate::health::{self, Health};
 use crate::systemd::{Systemd, UnitState};
 use crate::unit::ETCD_UNIT;
 use std::net::SocketAddr;
-#[cfg(feature = "test-fixtures")]
+#[cfg(any(test, feature = "test-fixtures"))]
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -142,10 +142,10 @@ impl LiveView for SystemLive {
 /// hidden `--live-fixture` option of `serve-status`, built with the `test-fixtures` feature): `{"unit":{UnitState fields},
 /// "health":"healthy"|"unhealthy: …"|"unreachable: …", "version":"3.5.1"}` (version
 /// optional), or `{"error":"…"}`.
-#[cfg(feature = "test-fixtures")]
+#[cfg(any(test, feature = "test-fixtures"))]
 pub struct FileLive(pub PathBuf);
 
-#[cfg(feature = "test-fixtures")]
+#[cfg(any(test, feature = "test-fixtures"))]
 impl LiveView for FileLive {
     fn etcd(&self) -> Result<EtcdLive, String> {
         #[derive(serde::Deserialize)]
