@@ -17,7 +17,6 @@ use crate::report::{self, Phase, Reporter, SharedReporter, State, StateStore};
 use crate::source;
 use crate::systemd::{self, JobResult, Systemd, Watched};
 use crate::unit::{self, ETCD_UNIT};
-use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
@@ -232,7 +231,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         sys_block: &paths.sys_block,
         dev: &paths.dev,
     };
-    let (device, label) = discover::wait_for_iso(&wait, |waited| {
+    let found = discover::wait_for_iso(&wait, |waited| {
         with(shared, |r| {
             r.progress(&format!(
                 "waiting for the Kubernetes ISO, {} s of {} s",
@@ -241,7 +240,9 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
             ))
         })
     })?;
+    let device = found.device.clone();
     let shown = device.display().to_string();
+    let label = found.label.clone();
     with(shared, |r| {
         r.state.device = Some(shown.clone());
         r.state.label = Some(label.clone());
@@ -254,16 +255,8 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         )
     });
 
-    let disc = File::open(&device).map_err(|e| {
-        Failure::new(
-            ReasonCode::IsoUnreadable,
-            format!("cannot open {shown}: {e}"),
-        )
-        .with_source(e)
-    })?;
-    let validated = source::validate_iso(
-        disc,
-        &shown,
+    let validated = source::validate_found(
+        found,
         &settings.archive_path,
         install_dir,
         &settings.policy(),
@@ -317,13 +310,8 @@ fn write_unit(settings: &Settings) -> Result<(), Failure> {
         if let Some(parent) = path.parent() {
             install::ensure_dir(parent)?;
         }
-        report::atomic_write(path, body.as_bytes(), 0o644, Some((0, 0))).map_err(|e| {
-            let code = match e.raw_os_error() {
-                Some(c) if c == nix::errno::Errno::ENOSPC as i32 => ReasonCode::DiskFull,
-                _ => ReasonCode::InternalError,
-            };
-            Failure::new(code, format!("cannot write {}: {e}", path.display())).with_source(e)
-        })?;
+        report::atomic_write(path, body.as_bytes(), 0o644, Some((0, 0)))
+            .map_err(|e| Failure::io(path, "cannot write", e))?;
     }
     Ok(())
 }
