@@ -15,8 +15,8 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Where the run lock lives.
-pub const LOCK_PATH: &str = "/run/etcd-setup/run.lock";
+/// The run lock's name in the live state folder (`/run/etcd-setup`).
+pub const LOCK_FILE: &str = "run.lock";
 
 /// How often a waiting run tries the lock again.
 const POLL: Duration = Duration::from_millis(100);

@@ -119,7 +119,7 @@ pub fn run(
 
     // One run at a time. A run that had to wait adopts the outcome of the one it waited
     // for when that one failed, instead of waiting for the ISO all over again.
-    let lock_path = paths.run_dir.join("run.lock");
+    let lock_path = paths.run_dir.join(crate::lock::LOCK_FILE);
     let _lock = match RunLock::acquire(&lock_path, Duration::ZERO) {
         Ok(l) => l,
         Err(_) => {

@@ -3,7 +3,7 @@
 //! record, shared with the signal thread that records `interrupted`.
 
 use super::failure::{clear_failure, write_failure};
-use super::state::{Phase, Reason, State, StateStore};
+use super::state::{Phase, State, StateStore};
 use crate::reason::Failure;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -84,11 +84,7 @@ impl Reporter {
                 &format!("cannot write {}: {e}", self.failure_file.display()),
             );
         }
-        self.state.reason = Some(Reason {
-            code: failure.code,
-            message: failure.message.clone(),
-        });
-        self.state.enter(Phase::Failed, SystemTime::now());
+        self.state.fail(failure, SystemTime::now());
         self.state.progress = None;
         self.save();
         self.notify(&failure.headline());

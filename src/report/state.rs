@@ -219,11 +219,6 @@ impl StateStore {
         }
     }
 
-    /// The store at [`RUN_DIR`] and [`PERSIST_DIR`].
-    pub fn system() -> StateStore {
-        StateStore::new(super::RUN_DIR, super::PERSIST_DIR)
-    }
-
     /// The live copy's path.
     pub fn run_path(&self) -> PathBuf {
         self.run_dir.join(STATE_FILE)
