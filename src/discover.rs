@@ -92,6 +92,9 @@ pub struct FoundIso {
     pub image: IsoImage<File>,
     /// The archive's entry in it.
     pub archive: IsoFile,
+    /// When discovery began to look at the device (right after its uevent, or in the
+    /// first scan).
+    pub seen_at: std::time::SystemTime,
 }
 
 /// Reads enough of `device` to tell what it holds. Reads only volume descriptors and
@@ -106,12 +109,14 @@ impl std::fmt::Debug for FoundIso {
             .field("device", &self.device)
             .field("label", &self.label)
             .field("archive", &self.archive)
+            .field("seen_at", &self.seen_at)
             .finish_non_exhaustive()
     }
 }
 
 /// [`classify`], keeping the open, parsed disc when it holds the archive.
 fn look(device: &Path, archive_path: &str) -> (Disc, Option<FoundIso>) {
+    let seen_at = std::time::SystemTime::now();
     let mut file = match File::open(device) {
         Ok(f) => f,
         // ENOMEDIUM: empty drive. EIO/ENXIO right after a change: not ready yet; a later
@@ -154,6 +159,7 @@ fn look(device: &Path, archive_path: &str) -> (Disc, Option<FoundIso>) {
             label,
             image: iso,
             archive,
+            seen_at,
         });
         return (disc, found);
     }

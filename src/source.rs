@@ -136,6 +136,7 @@ pub fn validate_found(
         label,
         image,
         archive,
+        ..
     } = found;
     let device = device.display().to_string();
     extract_entry(

@@ -68,6 +68,21 @@ impl Reporter {
         self.log(6, text);
     }
 
+    /// Marks the end of a step of the road in the journal, at debug priority, as
+    /// `step: NAME at UNIX_MS` (the wall clock): the VM tests read these lines to show
+    /// where the seconds between an ISO insert and a healthy etcd go.
+    pub fn step(&self, name: &str) {
+        self.step_at(name, SystemTime::now());
+    }
+
+    /// [`Reporter::step`] for a step that ended at `at`.
+    pub fn step_at(&self, name: &str, at: SystemTime) {
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        self.log(7, &format!("step: {name} at {ms}"));
+    }
+
     /// Reports progress within the current phase.
     pub fn progress(&mut self, text: &str) {
         self.state.progress = Some(text.to_string());
