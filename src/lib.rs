@@ -9,6 +9,7 @@ pub mod archive;
 pub mod config;
 pub mod discover;
 pub mod elf;
+pub mod etcd;
 pub mod health;
 pub mod install;
 pub mod iso9660;
