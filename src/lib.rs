@@ -13,6 +13,7 @@ pub mod etcd;
 pub mod health;
 pub mod install;
 pub mod iso9660;
+pub mod lifecycle;
 pub mod lock;
 pub mod reason;
 pub mod report;
