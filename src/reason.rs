@@ -41,6 +41,20 @@ pub enum ReasonCode {
     EtcdUnhealthy,
     /// Another `etcd-setup run` holds the lock for too long.
     Locked,
+    /// The running cluster is another one than this node's configuration describes
+    /// (another cluster ID, so another token or initial member list).
+    ClusterMismatch,
+    /// Joining the existing cluster waited too long (no quorum, another learner, a
+    /// member with this node's name).
+    JoinBlocked,
+    /// etcd refused a step of joining (remove the stale member, add the learner).
+    JoinFailed,
+    /// The learner did not catch up in time; it was removed again.
+    LearnerStalled,
+    /// Leaving was refused: the last member, or the quorum would break (without --force).
+    LeaveRefused,
+    /// Removing this member failed.
+    LeaveFailed,
     /// The run was stopped by a signal before it finished.
     Interrupted,
     /// A bug or an unexpected condition in etcd-setup itself.
@@ -65,6 +79,12 @@ impl ReasonCode {
         ReasonCode::EtcdStartFailed,
         ReasonCode::EtcdUnhealthy,
         ReasonCode::Locked,
+        ReasonCode::ClusterMismatch,
+        ReasonCode::JoinBlocked,
+        ReasonCode::JoinFailed,
+        ReasonCode::LearnerStalled,
+        ReasonCode::LeaveRefused,
+        ReasonCode::LeaveFailed,
         ReasonCode::Interrupted,
         ReasonCode::InternalError,
     ];
@@ -87,6 +107,12 @@ impl ReasonCode {
             ReasonCode::EtcdStartFailed => "etcd-start-failed",
             ReasonCode::EtcdUnhealthy => "etcd-unhealthy",
             ReasonCode::Locked => "locked",
+            ReasonCode::ClusterMismatch => "cluster-mismatch",
+            ReasonCode::JoinBlocked => "join-blocked",
+            ReasonCode::JoinFailed => "join-failed",
+            ReasonCode::LearnerStalled => "learner-stalled",
+            ReasonCode::LeaveRefused => "leave-refused",
+            ReasonCode::LeaveFailed => "leave-failed",
             ReasonCode::Interrupted => "interrupted",
             ReasonCode::InternalError => "internal-error",
         }

@@ -116,6 +116,27 @@ impl Membership {
     }
 }
 
+/// This member's peer URL, as etcd advertises it (`--initial-advertise-peer-urls`): the
+/// node IP with the peer port, https with peer TLS.
+pub fn peer_url(s: &Settings) -> String {
+    format!(
+        "{}://{}:{}",
+        scheme(s.tls.peer.is_some()),
+        url_host(s.node_ip),
+        s.peer_port
+    )
+}
+
+/// This member's client URL, as etcd advertises it (`--advertise-client-urls`).
+pub fn client_url(s: &Settings) -> String {
+    format!(
+        "{}://{}:{}",
+        scheme(s.tls.client.is_some()),
+        url_host(s.node_ip),
+        s.client_port
+    )
+}
+
 /// Renders the environment file for [`ENV_FILE`]: one `ETCD_*=value` line per setting
 /// etcd reads, every value double-quoted for systemd's `EnvironmentFile=` syntax (which a
 /// POSIX shell reads the same way).
