@@ -16,6 +16,7 @@ pub mod exit;
 pub mod health;
 pub mod install;
 pub mod iso9660;
+pub mod leave;
 pub mod lifecycle;
 pub mod lock;
 pub mod reason;

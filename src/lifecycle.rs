@@ -34,6 +34,7 @@ pub mod decide;
 pub mod join;
 pub mod leave;
 pub mod node;
+pub mod start;
 pub mod survey;
 
 pub use decide::Decision;

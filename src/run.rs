@@ -11,6 +11,7 @@ use crate::discover::{self, Wait};
 use crate::exit::run as exit;
 use crate::health::{self, Health};
 use crate::install;
+use crate::lifecycle::{self, join::Plan, Node};
 use crate::lock::RunLock;
 use crate::reason::{Failure, ReasonCode};
 use crate::report::{self, Phase, Reporter, SharedReporter, State, StateStore};
@@ -74,7 +75,13 @@ pub fn command(args: &RunArgs) -> u8 {
     });
     let paths = Paths::new(&args.dirs);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(&args.config, &paths, args.lock_timeout, &shared)
+        run(
+            &args.config,
+            &paths,
+            args.lock_timeout,
+            args.rejoin,
+            &shared,
+        )
     }));
     match outcome {
         Ok(code) => code,
@@ -89,13 +96,15 @@ pub fn command(args: &RunArgs) -> u8 {
     }
 }
 
-/// Runs the boot job with the configuration at `config_path`. Returns the exit code.
+/// Runs the boot job with the configuration at `config_path`. Returns the exit code. A
+/// node whose record says it left its cluster does nothing unless `rejoin`.
 /// `lock_timeout` bounds the wait for another run (default: ISO wait + start timeout +
 /// 5 minutes).
 pub fn run(
     config_path: &Path,
     paths: &Paths,
     lock_timeout: Option<Duration>,
+    rejoin: bool,
     shared: &SharedReporter,
 ) -> u8 {
     let settings = match config::load(config_path) {
@@ -164,6 +173,20 @@ pub fn run(
         }
     };
 
+    // A node that left its cluster stays out of it, at every boot, until told otherwise.
+    if !rejoin {
+        if let Ok(Some(prev)) = paths.store().load() {
+            if prev.phase == Phase::Left {
+                with(shared, |r| {
+                    r.log(
+                        5,
+                        "this node left its cluster (etcd-setup leave); etcd stays off. `etcd-setup run --rejoin` joins it again",
+                    )
+                });
+                return exit::LEFT;
+            }
+        }
+    }
     with(shared, |r| r.holds_lock = true);
     match steps(&settings, paths, shared) {
         Ok(()) => exit::OK,
@@ -199,7 +222,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
             )
         });
         let sd = Arc::new(Systemd::connect()?);
-        return start_and_confirm(settings, &sd, shared);
+        return start_member(settings, &sd, shared, None);
     }
 
     install::ensure_dir(install_dir)?;
@@ -290,10 +313,22 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     install::install_binaries(&release, install_dir)?;
     with(shared, |r| r.step("installed"));
     drop(release);
-    write_unit(settings)?;
+
+    // A new cluster, a member with its data, or a join of the cluster that exists.
+    with(shared, |r| {
+        r.enter(
+            Phase::Starting,
+            "asking the other members whether the cluster exists",
+        )
+    });
+    let node = Node::from_settings(settings);
+    let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
+        with(shared, |r| r.progress(&p.to_string()))
+    })?;
+    write_unit(settings, plan.as_ref())?;
     with(shared, |r| r.step("unit-written"));
 
-    start_and_confirm(settings, &sd, shared)?;
+    start_member(settings, &sd, shared, plan)?;
     if settings.eject {
         eject(&device, shared);
     }
@@ -309,9 +344,17 @@ fn already_installed(settings: &Settings, paths: &Paths) -> Option<State> {
     (previous.phase == Phase::Running && intact).then_some(previous)
 }
 
-/// Writes etcd's environment file and unit, each atomically.
-fn write_unit(settings: &Settings) -> Result<(), Failure> {
-    let env = unit::render_env(settings, &unit::Membership::configured(settings));
+/// Writes etcd's environment file and unit, each atomically: the configured membership,
+/// or the one a join prepared.
+fn write_unit(settings: &Settings, join: Option<&Plan>) -> Result<(), Failure> {
+    let membership = match join {
+        Some(plan) => unit::Membership {
+            initial_cluster: plan.initial_cluster.clone(),
+            state: plan.state,
+        },
+        None => unit::Membership::configured(settings),
+    };
+    let env = unit::render_env(settings, &membership);
     let text = unit::render_unit(settings);
     for (path, body) in [(unit::ENV_FILE, env), (unit::UNIT_FILE, text)] {
         let path = Path::new(path);
@@ -324,6 +367,48 @@ fn write_unit(settings: &Settings) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How long a joining node waits for the cluster to allow it (a quorum of healthy voters,
+/// no other learner): the start timeout, which covers the other members booting too.
+fn join_wait(settings: &Settings) -> Duration {
+    settings.start_timeout
+}
+
+/// Starts etcd and confirms it ([`start_and_confirm`]), promoting a joining learner on the
+/// way. When etcd exits because this member was removed from the cluster while its data
+/// survived (a reboot after `etcdctl member remove`, say), the data dir is moved aside and
+/// the node joins the cluster anew, once.
+fn start_member(
+    settings: &Settings,
+    sd: &Arc<Systemd>,
+    shared: &SharedReporter,
+    join: Option<Plan>,
+) -> Result<(), Failure> {
+    let node = Node::from_settings(settings);
+    let failure = match start_and_confirm(settings, sd, shared, join.as_ref().map(|p| (&node, p))) {
+        Ok(()) => return Ok(()),
+        Err(f) => f,
+    };
+    let removed = failure.code == ReasonCode::EtcdStartFailed
+        && systemd::journal_tail(ETCD_UNIT, 30)
+            .iter()
+            .any(|l| crate::etcd::says_member_removed(l));
+    if !removed || join.is_some() {
+        return Err(failure);
+    }
+    with(shared, |r| {
+        r.progress("etcd says this member was removed from the cluster; joining it anew")
+    });
+    sd.stop(ETCD_UNIT, Duration::from_secs(60))?;
+    let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
+        with(shared, |r| r.progress(&p.to_string()))
+    })?;
+    let Some(plan) = plan else {
+        return Err(failure);
+    };
+    write_unit(settings, Some(&plan))?;
+    start_and_confirm(settings, sd, shared, Some((&node, &plan)))
+}
+
 /// Reloads systemd, enables and starts etcd, waits for the start job (a first member of a
 /// new cluster waits here for its peers, with progress), then confirms etcd stays up
 /// (NRestarts steady over the settle period) and answers its health endpoint.
@@ -331,6 +416,7 @@ fn start_and_confirm(
     settings: &Settings,
     sd: &Arc<Systemd>,
     shared: &SharedReporter,
+    join: Option<(&Node, &Plan)>,
 ) -> Result<(), Failure> {
     with(shared, |r| {
         if r.phase() == Phase::Starting {
@@ -407,6 +493,14 @@ fn start_and_confirm(
     // signals. Health first: it is what clients wait for, and it does not need to wait
     // for the settle period to end.
     with(shared, |r| r.step("start-job-done"));
+    // A learner serves no linearizable read, which /health makes: promote it first,
+    // through the voting members.
+    if let Some((node, plan)) = join {
+        lifecycle::join::promote(node, plan, settings.start_timeout, &mut |p| {
+            with(shared, |r| r.progress(&p.to_string()))
+        })?;
+        with(shared, |r| r.step("promoted"));
+    }
     let settle_end = Instant::now() + settings.settle;
     let base = sd.unit_state(ETCD_UNIT)?;
     let metrics = SocketAddr::from(([127, 0, 0, 1], settings.metrics_port));

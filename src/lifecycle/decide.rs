@@ -120,6 +120,20 @@ pub fn decide(node: &Node, has_data: bool, survey: &Survey) -> Decision {
         }
     }
 
+    if let Some(m) = ours {
+        // This node's bootstrap member, never started: the cluster formed with a quorum
+        // of the others while this node was still waiting for its ISO. etcd takes it in as
+        // it is (state `new`, the same initial cluster): nothing to remove or add.
+        let bootstrap = crate::etcd::member_id(&node.peer_urls, &node.token);
+        if !has_data && !m.is_started() && m.id == bootstrap {
+            return Decision::StartAsConfigured {
+                why: format!(
+                    "this node is member {} of cluster {id} as bootstrapped, not started yet",
+                    m.id
+                ),
+            };
+        }
+    }
     let mut remove: Vec<Member> = Vec::new();
     if let Some(m) = ours {
         // Our own peer URL: our old self, its data gone with the old disk.

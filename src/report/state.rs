@@ -31,6 +31,9 @@ pub enum Phase {
     Running,
     /// The run ended without etcd running; the reason says why.
     Failed,
+    /// This member left its cluster (`etcd-setup leave`): etcd is stopped and disabled,
+    /// its data moved aside; `run` does not join it again unless told `--rejoin`.
+    Left,
 }
 
 impl Phase {
@@ -44,6 +47,7 @@ impl Phase {
             Phase::Starting => "starting",
             Phase::Running => "running",
             Phase::Failed => "failed",
+            Phase::Left => "left",
         }
     }
 }

@@ -29,6 +29,8 @@ pub enum Verdict {
     InProgress,
     /// No run has begun.
     NotStarted,
+    /// This member left its cluster (`etcd-setup leave`).
+    Left,
 }
 
 impl Verdict {
@@ -39,6 +41,7 @@ impl Verdict {
             Verdict::Failed => "failed",
             Verdict::InProgress => "in-progress",
             Verdict::NotStarted => "not-started",
+            Verdict::Left => "left",
         }
     }
 
@@ -49,12 +52,13 @@ impl Verdict {
             Verdict::Failed => exit::FAILED,
             Verdict::InProgress => exit::IN_PROGRESS,
             Verdict::NotStarted => exit::NOT_STARTED,
+            Verdict::Left => exit::LEFT,
         }
     }
 
     /// Whether `--wait` ends on this verdict.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Verdict::Running | Verdict::Failed)
+        matches!(self, Verdict::Running | Verdict::Failed | Verdict::Left)
     }
 }
 

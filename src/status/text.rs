@@ -32,7 +32,7 @@ pub fn text_line(a: &Answer) -> String {
             Some(r) => format!("failed: {}: {}", r.code, r.message),
             None => "failed: (no reason recorded)".into(),
         },
-        Verdict::InProgress | Verdict::NotStarted => format!(
+        Verdict::InProgress | Verdict::NotStarted | Verdict::Left => format!(
             "{}: {}",
             a.phase,
             a.progress.as_deref().unwrap_or(a.phase.as_str())

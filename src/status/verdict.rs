@@ -85,7 +85,7 @@ pub fn evaluate_at(
     let mut reason = state.reason.clone();
     let wants_etcd = matches!(
         state.phase,
-        Phase::Starting | Phase::Running | Phase::Failed
+        Phase::Starting | Phase::Running | Phase::Failed | Phase::Left
     );
     let etcd = wants_etcd.then(|| live.etcd());
     let etcd_view = match &etcd {
@@ -106,6 +106,7 @@ pub fn evaluate_at(
     let verdict = match state.phase {
         Phase::NotStarted => Verdict::NotStarted,
         Phase::Failed => Verdict::Failed,
+        Phase::Left => Verdict::Left,
         Phase::Running => match &etcd {
             Some(Ok(e)) => match etcd_trouble(e, state, now) {
                 None => Verdict::Running,

@@ -127,6 +127,33 @@ fn an_empty_node_whose_old_self_is_a_dead_member_removes_it_and_joins_through_th
     }
 }
 
+/// The platform attaches the ISOs one node after another: two members formed the cluster
+/// while the third still waited. That third one is a member as bootstrapped, never
+/// started: it starts as configured, nothing is removed or added.
+#[test]
+fn a_late_bootstrap_member_never_started_starts_as_configured() {
+    let n = node();
+    let bootstrap = crate::etcd::member_id(&n.peer_urls, TOKEN);
+    let unstarted = Member {
+        id: bootstrap,
+        ..member(0, "", 3, false)
+    };
+    let s = survey(ours(), three(unstarted.clone()), &[1, 2]);
+    assert!(
+        matches!(decide(&n, false, &s), Decision::StartAsConfigured { .. }),
+        "{:?}",
+        decide(&n, false, &s)
+    );
+    // Not started but with another ID (added by a later `member add`): not our bootstrap
+    // self, so it is removed and this node joins.
+    let added = Member {
+        id: Id(bootstrap.0 ^ 1),
+        ..unstarted
+    };
+    let s = survey(ours(), three(added), &[1, 2]);
+    assert!(matches!(decide(&n, false, &s), Decision::Join { .. }));
+}
+
 #[test]
 fn an_empty_node_not_in_the_cluster_joins_without_removing_anyone() {
     let s = survey(
