@@ -105,7 +105,11 @@ pub fn validate_iso<R: Read + Seek>(
     let label = iso.volume_label().to_string();
     let found = iso.find(archive_path).map_err(|e| {
         Failure::new(
-            ReasonCode::IsoUnreadable,
+            // A link or special file on the disc is refused as one inside the archive is.
+            match e.is_unsafe() {
+                true => ReasonCode::ArchiveUnsafe,
+                false => ReasonCode::IsoUnreadable,
+            },
             format!("cannot look up {archive_path} on {device} (label {label}): {e}"),
         )
         .with_source(e)
