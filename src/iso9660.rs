@@ -208,7 +208,7 @@ impl fmt::Display for IsoError {
             } => write!(
                 f,
                 "truncated ISO 9660 image: its primary volume descriptor declares {expected} bytes, but it holds only {actual} bytes ({} bytes missing); copy the whole image again",
-                expected - actual
+                expected.saturating_sub(*actual)
             ),
             IsoError::Truncated {
                 expected, actual, ..
