@@ -1956,4 +1956,64 @@ mod tests {
         let mut iso = img.open().unwrap();
         assert_eq!(iso.find("last").unwrap().unwrap().path, "last");
     }
+
+    fn px(mode: u32) -> Vec<u8> {
+        let mut e = vec![b'P', b'X', 36, 1];
+        for v in [mode, 1, 0, 0] {
+            e.extend_from_slice(&both32(v));
+        }
+        e
+    }
+
+    #[test]
+    fn fifo_device_or_socket_on_the_path_is_not_a_regular_file() {
+        let kinds = [
+            (0o010644, "FIFO"),
+            (0o020644, "character device"),
+            (0o060644, "block device"),
+            (0o140644, "socket"),
+        ];
+        for (mode, kind) in kinds {
+            for (path, want) in [("f", "f"), ("f/g", "f")] {
+                let mut img = Img::new(24);
+                let mut su = nm(0, b"f");
+                su.extend(px(mode));
+                img.root(&SP, &[record(b"F.;1", 20, 1, 0, &su)]);
+                let err = img.open().unwrap().find(path).unwrap_err();
+                assert!(err.is_unsafe(), "{err}");
+                assert_eq!(
+                    err.to_string(),
+                    format!("{want} is a Rock Ridge {kind}, not a regular file")
+                );
+            }
+        }
+        // A regular PX mode is a file.
+        let mut img = Img::new(24);
+        let mut su = nm(0, b"f");
+        su.extend(px(0o100644));
+        img.root(&SP, &[record(b"F.;1", 20, 1, 0, &su)]);
+        assert!(img.open().unwrap().find("f").unwrap().is_some());
+    }
+
+    #[test]
+    fn link_target_with_control_characters_is_shown_on_one_line() {
+        let mut img = Img::new(24);
+        let mut su = nm(0, b"l");
+        // SL: flags 0, then one component "a\nb\x1b[31m".
+        let target = b"a\nb\x1b[31m";
+        su.extend([
+            b'S',
+            b'L',
+            5 + 2 + target.len() as u8,
+            1,
+            0,
+            0,
+            target.len() as u8,
+        ]);
+        su.extend_from_slice(target);
+        img.root(&SP, &[record(b"L.;1", 20, 0, 0, &su)]);
+        let msg = img.open().unwrap().find("l").unwrap_err().to_string();
+        assert!(!msg.contains('\n') && !msg.contains('\x1b'), "{msg}");
+        assert!(msg.contains("link to a\\nb\\u{1b}[31m"), "{msg}");
+    }
 }
