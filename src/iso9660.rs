@@ -32,7 +32,10 @@
 //! link) at the path or on a directory along it is [`IsoError::Link`], and a device, FIFO or
 //! socket is [`IsoError::NotRegular`] (a mount would show those, not a file; the tar policy
 //! refuses the same inside the archive); zisofs files other than Linux's own format are
-//! [`IsoError::Unsupported`] where the kernel would hand out the compressed bytes.
+//! [`IsoError::Unsupported`] where the kernel would hand out the compressed bytes, and a
+//! zisofs file whose data lacks the zisofs magic is a read error (Linux does not look);
+//! an SUSP entry that overruns its system use area, where the kernel stops reading Rock
+//! Ridge for that record, is [`IsoError::Corrupt`].
 //!
 //! # zisofs
 //!
