@@ -48,6 +48,14 @@ pub enum Disc {
         /// Volume label.
         label: String,
     },
+    /// A disc whose archive path is a link or another special file: refused as the
+    /// archive pass refuses one inside the tarball.
+    UnsafeArchive {
+        /// Volume label.
+        label: String,
+        /// What the reader found there.
+        why: String,
+    },
     /// The Kubernetes ISO.
     Kubernetes {
         /// Volume label.
@@ -67,6 +75,9 @@ impl Disc {
             Disc::NotIso => "not iso9660".into(),
             Disc::Unreadable(e) => format!("unreadable iso9660: {e}"),
             Disc::Seed { label } => format!("iso9660, label {label}, cloud-init seed"),
+            Disc::UnsafeArchive { label, why } => {
+                format!("iso9660, label {label}, unsafe archive path: {why}")
+            }
             Disc::OtherIso { label } => {
                 format!("iso9660, label {label}, neither the etcd archive nor a k8s/ folder")
             }
@@ -144,6 +155,10 @@ fn look(device: &Path, archive_path: &str) -> (Disc, Option<FoundIso>) {
     let label = iso.volume_label().to_string();
     let archive = match iso.find(archive_path) {
         Ok(found) => found,
+        Err(e) if e.is_unsafe() => {
+            let why = e.to_string();
+            return (Disc::UnsafeArchive { label, why }, None);
+        }
         Err(e) => return (Disc::Unreadable(e.to_string()), None),
     };
     let top_level = iso.list_root().unwrap_or_default();
@@ -386,6 +401,14 @@ pub fn wait_for_iso(
                 label,
                 wait.archive_path,
                 top_level,
+            ))),
+            (Disc::UnsafeArchive { label, why }, None) => Some(Err(Failure::new(
+                ReasonCode::ArchiveUnsafe,
+                format!(
+                    "{}:{} (label {label}) on the Kubernetes ISO is refused: {why}",
+                    path.display(),
+                    wait.archive_path
+                ),
             ))),
             _ => None,
         };

@@ -99,7 +99,13 @@ pub fn validate_iso<R: Read + Seek>(
     })?;
     let label = iso.volume_label().to_string();
     let found = iso.find(archive_path).map_err(|e| {
-        Failure::iso_unreadable(format!("{archive_path} on {device} (label {label})"), e)
+        let what = format!("{archive_path} on {device} (label {label})");
+        // A link or special file on the disc is refused as one inside the archive is.
+        if e.is_unsafe() {
+            Failure::new(ReasonCode::ArchiveUnsafe, format!("{what}: {e}")).with_source(e)
+        } else {
+            Failure::iso_unreadable(what, e)
+        }
     })?;
     let Some(entry) = found else {
         let top_level = iso
