@@ -16,6 +16,8 @@ pub mod health;
 pub mod install;
 pub mod iso9660;
 pub mod lock;
+pub mod output;
+pub mod printable;
 pub mod reason;
 pub mod report;
 pub mod run;

@@ -43,6 +43,9 @@ pub enum ReasonCode {
     Interrupted,
     /// A bug or an unexpected condition in etcd-setup itself.
     InternalError,
+    /// `status` found a state file it cannot read (corrupt, a link, a FIFO, a later
+    /// schema): what the run did is unknown. Never written by `run`.
+    StateUnreadable,
 }
 
 impl ReasonCode {
@@ -65,6 +68,7 @@ impl ReasonCode {
         ReasonCode::Locked,
         ReasonCode::Interrupted,
         ReasonCode::InternalError,
+        ReasonCode::StateUnreadable,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -87,6 +91,7 @@ impl ReasonCode {
             ReasonCode::Locked => "locked",
             ReasonCode::Interrupted => "interrupted",
             ReasonCode::InternalError => "internal-error",
+            ReasonCode::StateUnreadable => "state-unreadable",
         }
     }
 }

@@ -24,9 +24,9 @@ mod state;
 mod time;
 
 pub use atomic::atomic_write;
-pub use failure::{clear_failure, one_line, write_failure};
+pub use failure::{clear_failure, write_failure};
 pub use reporter::{Reporter, SharedReporter};
-pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore};
+pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable};
 pub use time::rfc3339;
 
 /// The live state folder, emptied at every boot.

@@ -4,6 +4,7 @@
 
 use super::failure::{clear_failure, write_failure};
 use super::state::{Phase, Reason, State, StateStore};
+use crate::printable;
 use crate::reason::Failure;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -40,7 +41,9 @@ impl Reporter {
     }
 
     /// A journal line at syslog `priority` (stderr under systemd, with `<N>`).
+    /// The text is [`printable::line`]: one journal entry, whatever a label holds.
     pub fn log(&self, priority: u8, text: &str) {
+        let text = printable::line(text);
         // Under systemd, stderr goes to the journal, which reads a <N> priority prefix.
         if self.journal {
             eprintln!("<{priority}>{text}");
@@ -56,7 +59,9 @@ impl Reporter {
     }
 
     fn notify(&self, status: &str) {
-        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(status)]);
+        // A newline would end the STATUS= assignment and start another.
+        let status = printable::line(status);
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(&status)]);
     }
 
     /// Enters a phase: state files, STATUS= and a journal line.
