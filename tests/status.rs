@@ -1019,3 +1019,25 @@ fn text_from_the_state_cannot_forge_a_line_or_colour_the_terminal() {
         evil
     );
 }
+
+/// A closed stdout (`etcd-setup status --long | head -0`) ends the client quietly with
+/// the verdict's exit code, in every format (issue 15 item 9).
+#[test]
+fn a_closed_stdout_ends_status_quietly_with_the_verdicts_exit_code() {
+    let server = Server::start(None);
+    for args in [&[][..], &["--long"], &["--format", "json"]] {
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        drop(read_end);
+        let out = Command::new(BIN)
+            .arg("status")
+            .args(args)
+            .arg("--socket")
+            .arg(server.socket())
+            .stdout(Stdio::from(write_end))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {err}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}
