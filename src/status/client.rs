@@ -137,24 +137,40 @@ impl std::fmt::Display for ClientError {
 /// Sends `request` to the server at `socket` and reads its answer. The reply may take
 /// up to the request's wait plus `slack`.
 pub fn query(socket: &Path, request: &Request, slack: Duration) -> Result<Answer, ClientError> {
-    let shown = socket.display();
-    let unreachable = |what: &str, e: &dyn std::fmt::Display| {
-        ClientError::Unreachable(format!("cannot {what} the status socket {shown}: {e}"))
-    };
-    let mut stream = UnixStream::connect(socket).map_err(|e| unreachable("connect to", &e))?;
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        ClientError::Unreachable(format!(
+            "cannot connect to the status socket {}: {e}",
+            socket.display()
+        ))
+    })?;
     let wait = if request.wait {
         Duration::from_millis(request.timeout_ms).min(MAX_WAIT)
     } else {
         Duration::ZERO
     };
+    exchange(&mut stream, socket, request, wait + slack)
+}
+
+/// Writes `request` on `stream` (connected to `socket`) and reads the reply, waiting at
+/// most `patience` for it.
+fn exchange(
+    stream: &mut UnixStream,
+    socket: &Path,
+    request: &Request,
+    patience: Duration,
+) -> Result<Answer, ClientError> {
+    let shown = socket.display();
+    let unreachable = |what: &str, e: &dyn std::fmt::Display| {
+        ClientError::Unreachable(format!("cannot {what} the status socket {shown}: {e}"))
+    };
     let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
-    let _ = stream.set_read_timeout(Some(wait + slack));
+    let _ = stream.set_read_timeout(Some(patience));
     let mut line = serde_json::to_vec(request).map_err(|e| unreachable("encode for", &e))?;
     line.push(b'\n');
     // A server that refuses at once (`busy`, `forbidden`) writes its reply and closes
     // without reading: the write may then fail (EPIPE) while the reply waits to be read.
     let written = stream.write_all(&line);
-    let reply = match read_reply(&mut stream) {
+    let reply = match read_reply(stream) {
         Ok(reply) => reply,
         Err(e)
             if matches!(
@@ -164,7 +180,7 @@ pub fn query(socket: &Path, request: &Request, slack: Duration) -> Result<Answer
         {
             return Err(ClientError::Timeout(format!(
                 "no answer within {} s from {shown}",
-                (wait + slack).as_secs()
+                patience.as_secs()
             )))
         }
         Err(e) => {
@@ -208,4 +224,35 @@ fn read_reply(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Shutdown;
+
+    /// The server told the client `busy` and stopped reading before the request was
+    /// written, so writing it fails with EPIPE: the client shows the server's reply, not
+    /// "Broken pipe" (issue 15 item 1).
+    #[test]
+    fn a_refusal_sent_before_the_request_is_shown_not_the_broken_pipe() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let busy = Reply::Error(ErrorBody::new("busy", "256 queries are being answered"));
+        (&server).write_all(&busy.to_line()).unwrap();
+        server.shutdown(Shutdown::Read).unwrap();
+        let request = Request {
+            version: PROTOCOL_VERSION,
+            wait: false,
+            timeout_ms: 0,
+        };
+        // The write does fail here, as it does against a server that closed.
+        assert_eq!(
+            (&client).write_all(b"x").unwrap_err().kind(),
+            io::ErrorKind::BrokenPipe
+        );
+        match exchange(&mut client, Path::new("s.sock"), &request, SLACK) {
+            Err(ClientError::Refused(e)) => assert_eq!(e.code, "busy"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

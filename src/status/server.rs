@@ -1004,7 +1004,7 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
             if args.config.exists() {
                 eprintln!(
                     "etcd-setup serve-status: {}; only root and group {} may query",
-                    f.headline(),
+                    crate::printable::line(&f.headline()),
                     config::DEFAULT_STATUS_GROUP
                 );
             }
