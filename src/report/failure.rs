@@ -14,8 +14,9 @@ use std::time::SystemTime;
 
 /// Writes the failure file at `path`, owned by the user `owner`, mode 0644: the headline
 /// `code: sentence` on the first line, then
-/// the error chain, the agent version, the time and the host, one detail a line. Every
-/// line is [`printable::line`]: a label or a name from the disc cannot add or colour one.
+/// the error chain (a `cause:` line for each line of each cause), the agent version, the
+/// time and the host, one detail a line. Every line is [`printable::line`]: a label or a
+/// name from the disc cannot add a line, start another field or colour one.
 ///
 /// The reason is always written, whatever happens to the owner: an unknown user, or a
 /// `chown` the system refuses, leaves the file owned by the writer with a `note:` line
@@ -76,7 +77,11 @@ fn failure_text(failure: &Failure, now: SystemTime, notes: &[String]) -> String 
     let mut text = format!("{}: {}\n", failure.code, printable::line(&failure.message));
     if let Some(source) = &failure.source {
         for cause in source.chain() {
-            text.push_str(&format!("cause: {}\n", printable::line(&cause.to_string())));
+            // A cause of several lines (etcd's journal lines) keeps them: a `cause:`
+            // line each, so none can pass for the headline or another field.
+            for line in cause.to_string().lines() {
+                text.push_str(&format!("cause: {}\n", printable::line(line)));
+            }
         }
     }
     text.push_str(&format!("agent: etcd-setup {}\n", crate::VERSION));

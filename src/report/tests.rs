@@ -98,11 +98,13 @@ fn failure_file_has_the_headline_then_detail_lines() {
         "archive-corrupt: the etcd archive on /dev/sr0\\nis truncated;\\r\\n rebuild the ISO"
     );
     assert_eq!(lines[1], "cause: reading etcd/etcd-linux-amd64.tar.gz");
-    assert_eq!(lines[2], "cause: short read\\nat sector 17");
-    assert_eq!(lines[3], format!("agent: etcd-setup {}", crate::VERSION));
-    assert_eq!(lines[4], "time: 2026-05-01T12:54:56Z");
-    assert_eq!(lines[5], format!("host: {}", hostname()));
-    assert_eq!(lines.len(), 6, "{text}");
+    // A cause of two lines is two `cause:` lines.
+    assert_eq!(lines[2], "cause: short read");
+    assert_eq!(lines[3], "cause: at sector 17");
+    assert_eq!(lines[4], format!("agent: etcd-setup {}", crate::VERSION));
+    assert_eq!(lines[5], "time: 2026-05-01T12:54:56Z");
+    assert_eq!(lines[6], format!("host: {}", hostname()));
+    assert_eq!(lines.len(), 7, "{text}");
     assert!(text.ends_with('\n'));
     let meta = fs::metadata(&path).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o644);
