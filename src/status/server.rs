@@ -347,8 +347,8 @@ fn evaluator(
             };
             let answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
             // Reused only when it came from the live copy, the one file the watch sees;
-            // the persistent copy (read when the live one is missing) and an unreadable copy is
-            // read again each time.
+            // the persistent copy (read when the live one is missing) and a copy that
+            // cannot be read are read again each time.
             if fresh.from.as_deref() == Some(live_copy.as_path()) && fresh.notes.is_empty() {
                 parsed = Some((generation, fresh));
             }
