@@ -105,7 +105,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "HEX", value_parser = parse_sha256)]
     pub sha256: Option<[u8; 32]>,
     /// Where the tarball sits inside an ISO.
-    #[arg(long, value_name = "PATH", default_value = source::DEFAULT_ARCHIVE_PATH)]
+    #[arg(long, value_name = "PATH", default_value = source::DEFAULT_ARCHIVE_PATH,
+          value_parser = parse_archive_path)]
     pub archive_path: String,
 }
 
@@ -162,6 +163,16 @@ pub enum Format {
 fn parse_duration(text: &str) -> Result<Duration, String> {
     config::parse_duration(text)
         .ok_or_else(|| format!("{text:?} is not a duration like 90s, 15min or 1h"))
+}
+
+fn parse_archive_path(text: &str) -> Result<String, String> {
+    if text.trim_matches('/').trim().is_empty() {
+        return Err(format!(
+            "the path of the tarball inside the ISO cannot be empty, e.g. {}",
+            source::DEFAULT_ARCHIVE_PATH
+        ));
+    }
+    Ok(text.to_string())
 }
 
 fn parse_sha256(text: &str) -> Result<[u8; 32], String> {

@@ -56,6 +56,8 @@ pub mod status {
     pub const NOT_STARTED: u8 = 4;
     /// The status socket cannot be reached, or the server refused the request.
     pub const UNREACHABLE: u8 = 5;
+    /// The state file exists but cannot be read (`state-unreadable`): the file is named.
+    pub const UNREADABLE: u8 = 6;
     /// This member left its cluster (`etcd-setup leave`).
     pub const LEFT: u8 = 7;
 }
@@ -174,6 +176,10 @@ pub const STATUS: Table = Table {
         code(
             status::UNREACHABLE,
             "the status socket cannot be reached, or the server refused the request (not in the group, busy)",
+        ),
+        code(
+            status::UNREADABLE,
+            "unreadable: the state file exists but cannot be read (corrupt, not a regular file, a later schema); the file is named",
         ),
         code(
             status::LEFT,

@@ -19,6 +19,8 @@ pub mod iso9660;
 pub mod leave;
 pub mod lifecycle;
 pub mod lock;
+pub mod output;
+pub mod printable;
 pub mod reason;
 pub mod report;
 pub mod run;

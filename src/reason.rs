@@ -59,6 +59,9 @@ pub enum ReasonCode {
     Interrupted,
     /// A bug or an unexpected condition in etcd-setup itself.
     InternalError,
+    /// `status` found a state file it cannot read (corrupt, a link, a FIFO, a later
+    /// schema): what the run did is unknown. Never written by `run`.
+    StateUnreadable,
 }
 
 impl ReasonCode {
@@ -87,6 +90,7 @@ impl ReasonCode {
         ReasonCode::LeaveFailed,
         ReasonCode::Interrupted,
         ReasonCode::InternalError,
+        ReasonCode::StateUnreadable,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -115,6 +119,7 @@ impl ReasonCode {
             ReasonCode::LeaveFailed => "leave-failed",
             ReasonCode::Interrupted => "interrupted",
             ReasonCode::InternalError => "internal-error",
+            ReasonCode::StateUnreadable => "state-unreadable",
         }
     }
 }

@@ -36,21 +36,75 @@ pub struct Validated {
 
 /// Validates the archive in `path` (an ISO image, a CD-ROM device or a tarball, told apart
 /// by content) and extracts it into a staging folder under `staging_parent`.
+///
+/// `path` is opened without blocking and looked at first: a regular file or a block
+/// device is read as today (seeking); a pipe (`<(cat t.tgz)`, `/dev/stdin`, a FIFO) is
+/// streamed, which only a tarball can be, once data arrives within [`PIPE_WAIT`]; a
+/// directory, a character device or a socket is refused, naming what it is.
 pub fn validate_path(
     path: &Path,
     archive_path: &str,
     staging_parent: &Path,
     policy: &Policy,
 ) -> Result<Validated, Failure> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let shown = path.display();
-    let mut file = File::open(path).map_err(|e| {
-        Failure::new(
-            ReasonCode::IsoUnreadable,
-            format!("cannot open {shown}: {e}"),
-        )
-        .with_source(e)
-    })?;
+    let refuse = |why: String| Failure::new(ReasonCode::IsoUnreadable, why);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(|e| refuse(format!("cannot open {shown}: {e}")).with_source(e))?;
     let unreadable = |e: std::io::Error| Failure::iso_unreadable(&shown, e);
+    let kind = file.metadata().map_err(unreadable)?.file_type();
+    if !(kind.is_file() || kind.is_block_device() || kind.is_fifo()) {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else {
+            "neither a file nor a device"
+        };
+        return Err(refuse(format!(
+            "{shown} is {what}: give an ISO image file, a CD-ROM block device or an etcd tarball"
+        )));
+    }
+    if kind.is_fifo() && !data_within(&file, PIPE_WAIT) {
+        return Err(refuse(format!(
+            "the pipe {shown} gave no data within {} s",
+            PIPE_WAIT.as_secs()
+        )));
+    }
+    // Reads block again from here on; waiting for data is the reader's job now.
+    nix::fcntl::fcntl(
+        &file,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    )
+    .map_err(|e| unreadable(e.into()))?;
+    if kind.is_fifo() {
+        // No seeking: sniff the first bytes, then hand them on with the rest.
+        let mut head = vec![0u8; 32 * 1024 + 6];
+        let n = read_up_to(&mut file, &mut head[..2]).map_err(unreadable)?;
+        if n == 2 && head[..2] == [0x1f, 0x8b] {
+            let input = std::io::Read::chain(&head[..2], file);
+            let extracted = archive::extract(input, &shown.to_string(), staging_parent, policy)?;
+            return Ok(Validated {
+                kind: Kind::Tarball,
+                extracted,
+            });
+        }
+        let m = read_up_to(&mut file, &mut head[n..]).map_err(unreadable)?;
+        if n + m == head.len() && &head[32 * 1024 + 1..] == b"CD001" {
+            return Err(refuse(format!(
+                "{shown} is a pipe holding an ISO 9660 image, which is read at offsets: give \
+                 the image file or the device (only a tarball can be read from a pipe)"
+            )));
+        }
+        return Err(refuse(format!(
+            "the pipe {shown} holds no gzip-compressed tarball (only a tarball can be read \
+             from a pipe)"
+        )));
+    }
     if iso9660::is_iso9660(&mut file).map_err(unreadable)? {
         file.seek(SeekFrom::Start(0)).map_err(unreadable)?;
         return validate_iso(
@@ -79,6 +133,28 @@ pub fn validate_path(
              gzip-compressed tarball"
         ),
     ))
+}
+
+/// How long `check` waits for the first bytes from a pipe (a FIFO nobody writes to
+/// would otherwise hold it forever).
+pub const PIPE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether `pipe` (opened non-blocking) has data, or its writer is gone, within `wait`.
+fn data_within(pipe: &File, wait: std::time::Duration) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = PollTimeout::try_from(left.as_millis()).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, ms) {
+            Ok(0) => return false,
+            Ok(_) => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return true, // let the read say what is wrong
+        }
+    }
 }
 
 /// Validates the archive at `archive_path` inside an ISO 9660 image or disc. `device` is

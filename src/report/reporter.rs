@@ -4,6 +4,7 @@
 
 use super::failure::{clear_failure, write_failure};
 use super::state::{Phase, State, StateStore};
+use crate::printable;
 use crate::reason::Failure;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -40,12 +41,19 @@ impl Reporter {
     }
 
     /// A journal line at syslog `priority` (stderr under systemd, with `<N>`).
+    /// The text is [`printable::line`]: one journal entry, whatever a label holds.
     pub fn log(&self, priority: u8, text: &str) {
-        // Under systemd, stderr goes to the journal, which reads a <N> priority prefix.
+        eprintln!("{}", self.journal_line(priority, text));
+    }
+
+    /// The line [`log`](Self::log) writes. Under systemd, stderr goes to the journal,
+    /// which reads a `<N>` priority prefix.
+    fn journal_line(&self, priority: u8, text: &str) -> String {
+        let text = printable::line(text);
         if self.journal {
-            eprintln!("<{priority}>{text}");
+            format!("<{priority}>{text}")
         } else {
-            eprintln!("etcd-setup: {text}");
+            format!("etcd-setup: {text}")
         }
     }
 
@@ -56,7 +64,9 @@ impl Reporter {
     }
 
     fn notify(&self, status: &str) {
-        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(status)]);
+        // A newline would end the STATUS= assignment and start another.
+        let status = printable::line(status);
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(&status)]);
     }
 
     /// Enters a phase: state files, STATUS= and a journal line.
@@ -142,3 +152,25 @@ impl Reporter {
 
 /// The reporter the signal thread reaches; `None` until the run has one.
 pub type SharedReporter = Arc<Mutex<Option<Reporter>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A label with a newline would start a second journal entry, with a priority of
+    /// its own choosing: it stays in its entry, escaped.
+    #[test]
+    fn a_journal_line_cannot_be_split_by_text_from_the_disc() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Reporter::new(
+            StateStore::new(dir.path().join("run"), dir.path().join("lib")),
+            dir.path().join("failed"),
+            "root".into(),
+        );
+        r.journal = true;
+        assert_eq!(
+            r.journal_line(6, "found the ISO (label X\n<0>etcd-setup: ok\x1b[31m)"),
+            "<6>found the ISO (label X\\n<0>etcd-setup: ok\\x1b[31m)"
+        );
+    }
+}
