@@ -100,7 +100,9 @@ fn check_text(path: &Path, outcome: &Result<Validated, Failure>) -> String {
         Ok(v) => {
             let x = &v.extracted;
             let from = match &v.kind {
-                Kind::Iso { label } => format!("ISO label {}", printable::line(label)),
+                Kind::Iso { label, naming } => {
+                    format!("ISO label {} ({naming} names)", printable::line(label))
+                }
                 Kind::Tarball => "tarball".to_string(),
             };
             format!(
@@ -132,15 +134,16 @@ fn check_json(path: &Path, outcome: &Result<Validated, Failure>) -> serde_json::
     match outcome {
         Ok(v) => {
             let x = &v.extracted;
-            let (kind, label) = match &v.kind {
-                Kind::Iso { label } => ("iso", Some(label.as_str())),
-                Kind::Tarball => ("tarball", None),
+            let (kind, label, naming) = match &v.kind {
+                Kind::Iso { label, naming } => ("iso", Some(label.as_str()), Some(naming.as_str())),
+                Kind::Tarball => ("tarball", None, None),
             };
             serde_json::json!({
                 "path": path.display().to_string(),
                 "verdict": "ok",
                 "kind": kind,
                 "label": label,
+                "naming": naming,
                 "etcd_version": x.version,
                 "arch": x.arch,
                 "has_etcdutl": x.has_etcdutl,

@@ -4,7 +4,7 @@
 
 use crate::archive::{self, Extracted, Policy};
 use crate::discover::FoundIso;
-use crate::iso9660::{self, IsoFile, IsoImage};
+use crate::iso9660::{self, IsoFile, IsoImage, Naming};
 use crate::reason::{Failure, ReasonCode};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -20,6 +20,8 @@ pub enum Kind {
     Iso {
         /// The volume label, e.g. `CDROM`.
         label: String,
+        /// The directory tree the archive was read through, as Linux would mount it.
+        naming: Naming,
     },
     /// A gzip-compressed tarball given directly.
     Tarball,
@@ -243,12 +245,13 @@ fn extract_entry<R: Read + Seek>(
     policy: &Policy,
 ) -> Result<Validated, Failure> {
     let name = format!("{device}:{archive_path}");
+    let naming = iso.naming();
     let reader = iso
         .open_file(entry)
         .map_err(|e| Failure::iso_unreadable(&name, e))?;
     let extracted = archive::extract(reader, &name, staging_parent, policy)?;
     Ok(Validated {
-        kind: Kind::Iso { label },
+        kind: Kind::Iso { label, naming },
         extracted,
     })
 }

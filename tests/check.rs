@@ -37,10 +37,15 @@ fn passes_the_platform_iso_with_etcd_3_5_1_and_reports_version_label_and_digest(
     let text = stdout(&out);
     let digest = support::inputs::sha256_file(&input("etcd-v3.5.1-linux-amd64.tar.gz"));
     assert!(
-        text.contains(": ok: etcd 3.5.1 linux-amd64 with etcdutl from ISO label CDROM"),
+        text.contains(
+            ": ok: etcd 3.5.1 linux-amd64 with etcdutl from ISO label CDROM (rock-ridge names)"
+        ),
         "{text}"
     );
     assert!(text.contains(&digest), "{text}");
+    // The tree read is the one Linux mounts: Rock Ridge, as xorriso -R writes it.
+    let out = check(&["--format", "json"], &[&iso]);
+    assert_eq!(json(&out)["results"][0]["naming"], "rock-ridge");
 }
 
 #[test]
@@ -250,7 +255,9 @@ fn a_label_with_a_newline_and_an_escape_cannot_forge_a_check_line() {
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(!text.contains('\x1b'), "{text:?}");
     assert!(
-        text.contains("from ISO label X\\nevil.iso: ok: etcd 9.9.9\\x1b[31m; sha256 "),
+        text.contains(
+            "from ISO label X\\nevil.iso: ok: etcd 9.9.9\\x1b[31m (rock-ridge names); sha256 "
+        ),
         "{text}"
     );
     let out = check(&["--format", "json"], &[&iso]);
