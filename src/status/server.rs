@@ -8,9 +8,8 @@
 //! # Design: one event loop, one evaluator
 //!
 //! One thread (the loop) polls the listening socket, every open connection, the inotify
-//! watch and a wake-up socket. It accepts, reads each request without blocking (at most
-//! 4 KiB, within 2 s of connecting), having checked the peer's credentials at accept,
-//! parses, and writes
+//! watch and a wake-up socket. It accepts, checks the peer's credentials, reads each
+//! request without blocking (at most 4 KiB, within 2 s of connecting), parses, and writes
 //! replies; it never waits on anything but `poll`. So a client that never writes, that
 //! writes megabytes or garbage, costs the others a few microseconds of the loop's time
 //! and one slot, never a wait. At most [`MAX_CLIENTS`] connections are held open at once
@@ -25,8 +24,8 @@
 //! as evaluating per request, which the server did before. Requests that arrive while
 //! one evaluation runs share the next, so under a burst one evaluation answers hundreds.
 //! An evaluation reuses the parsed live state file while the inotify watch on its folder
-//! reports no change (the persistent copy, read only when the live one is missing or
-//! corrupt, is read every time): inotify queues its events within the writer's own rename,
+//! reports no change (the persistent copy, read only when the live one is missing, is
+//! read every time; a copy that cannot be read is read again every time too): inotify queues its events within the writer's own rename,
 //! and the evaluator reads the queue before deciding, so a change made before a request
 //! is always seen. Each evaluation still checks the run's PID (a run killed by SIGKILL
 //! writes nothing) and asks the live view, which caches its own look (500 ms on a node).
@@ -348,8 +347,8 @@ fn evaluator(
             };
             let answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
             // Reused only when it came from the live copy, the one file the watch sees;
-            // the persistent copy (read when the live one is missing or corrupt) is
-            // read again each time.
+            // the persistent copy (read when the live one is missing) and a copy that
+            // cannot be read are read again each time.
             if fresh.from.as_deref() == Some(live_copy.as_path()) && fresh.notes.is_empty() {
                 parsed = Some((generation, fresh));
             }
