@@ -21,7 +21,7 @@ fn node(c: &Cluster, i: usize) -> Node {
         initial_cluster: c.initial_cluster(),
         token: c.token.clone(),
         client_port: c.client_port,
-        client_tls: None,
+        client_tls: c.tls.clone(),
         data_dir: c.members[i].data_dir.clone(),
         etcdctl: c.etcdctl(),
     }
@@ -92,8 +92,12 @@ fn join_member(c: &mut Cluster, i: usize, expect_move_aside: bool) -> (join::Pla
     (plan, steps)
 }
 
-fn wiped_member_rejoins(version: &str) {
-    let mut c = Cluster::start(version, 3, "tok-rejoin");
+fn wiped_member_rejoins(version: &str, tls: bool) {
+    let mut c = if tls {
+        Cluster::start_tls(version, 3, "tok-rejoin")
+    } else {
+        Cluster::start(version, 3, "tok-rejoin")
+    };
     write_keys(&c);
     let old = c.client().member_list().unwrap();
     let old3 = old.by_peer_url(&c.peer_url(2)).unwrap().id;
@@ -121,12 +125,17 @@ fn wiped_member_rejoins(version: &str) {
 
 #[test]
 fn a_wiped_member_rejoins_as_a_learner_and_is_promoted_on_3_5_16() {
-    wiped_member_rejoins("3.5.16");
+    wiped_member_rejoins("3.5.16", false);
+}
+
+#[test]
+fn a_wiped_member_rejoins_over_client_tls_on_3_5_16() {
+    wiped_member_rejoins("3.5.16", true);
 }
 
 #[test]
 fn a_wiped_member_rejoins_as_a_learner_and_is_promoted_on_3_4_23() {
-    wiped_member_rejoins("3.4.23");
+    wiped_member_rejoins("3.4.23", false);
 }
 
 #[test]
