@@ -268,3 +268,81 @@ fn leave_one_of_three_then_one_of_two_is_refused_without_force() {
         "a refused leave touched nothing"
     );
 }
+
+#[test]
+fn a_late_first_boot_of_a_new_cluster_bootstraps_as_configured_without_a_membership_change() {
+    // Two of three started together and have a quorum; the third comes late, as with an
+    // ISO attached later. It must start `new` as configured, not replace its own member.
+    let mut c = Cluster::start_some("3.5.16", 3, 2, "tok-late");
+    let before = c
+        .client()
+        .with_endpoints(vec![c.client_url(0)])
+        .member_list()
+        .unwrap();
+    let unstarted = before.by_peer_url(&c.peer_url(2)).unwrap();
+    assert!(!unstarted.is_started());
+    let decision = join::decide(&node(&c, 2), WAIT, &mut |_| {}).unwrap();
+    assert!(
+        matches!(decision, Decision::StartAsConfigured { .. }),
+        "{decision:?}"
+    );
+    let initial = c.initial_cluster_arg();
+    c.launch(2, &initial, "new");
+    c.await_ready(2);
+    let members = assert_three_healthy_voters(&c);
+    assert_eq!(
+        members.iter().map(|m| m.id).collect::<Vec<_>>(),
+        before.members.iter().map(|m| m.id).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn nobody_answering_bootstraps_as_configured_within_the_bound() {
+    // A new cluster's first node: its peers have not started.
+    let c = Cluster::start_some("3.5.16", 3, 0, "tok-first");
+    let (decision, took) =
+        support::etcd::timed(|| join::decide(&node(&c, 0), WAIT, &mut |_| {}).unwrap());
+    assert!(
+        matches!(decision, Decision::StartAsConfigured { .. }),
+        "{decision:?}"
+    );
+    assert!(took < Duration::from_secs(12), "took {took:?}");
+}
+
+#[test]
+fn a_cluster_that_lost_its_quorum_makes_joining_wait_then_join_blocked_touching_nothing() {
+    // Member 3 wiped and member 2 down: member 1 alone serves status but has no leader.
+    // Bootstrapping `new` beside it would be wrong, changing membership impossible.
+    let mut c = Cluster::start("3.5.16", 3, "tok-blocked");
+    let before = c
+        .client()
+        .with_endpoints(vec![c.client_url(0)])
+        .member_list()
+        .unwrap();
+    c.wipe(2);
+    c.kill(1);
+    let mut waits = 0;
+    let (r, took) = support::etcd::timed(|| {
+        join::decide(&node(&c, 2), Duration::from_secs(12), &mut |p| {
+            if matches!(p, Progress::Waiting(_)) {
+                waits += 1
+            }
+        })
+    });
+    let f = r.unwrap_err();
+    assert_eq!(f.code, ReasonCode::JoinBlocked, "{f}");
+    assert!(f.message.contains("has no quorum"), "{f}");
+    assert!(f.message.contains("etcdserver: no leader"), "{f}");
+    println!("after {took:?} and {waits} waits: {f}");
+    assert!(waits >= 1);
+    // Nothing was changed: member 2 comes back and the member list is as it was.
+    let initial = c.initial_cluster_arg();
+    c.launch(1, &initial, "new");
+    c.await_ready(1);
+    let after = c
+        .client()
+        .with_endpoints(vec![c.client_url(0)])
+        .member_list()
+        .unwrap();
+    assert_eq!(after.members, before.members);
+}

@@ -56,7 +56,8 @@ pub struct Plan {
 }
 
 /// Surveys the cluster and decides, asking again every [`POLL`] while the decision is to
-/// wait, for at most `wait`; a wait that does not end is `join-blocked`.
+/// wait, for at most `wait` (plus the survey under way, at most about 10 s: a member list
+/// and a status call, each bounded); a wait that does not end is `join-blocked`.
 pub fn decide(
     node: &Node,
     wait: Duration,

@@ -158,7 +158,24 @@ impl Cluster {
         Cluster::start_full(version, n, token, &[], true)
     }
 
+    /// A new cluster of `n` members of which only the first `started` are started (and
+    /// awaited: they need a quorum of `n`).
+    pub fn start_some(version: &str, n: usize, started: usize, token: &str) -> Cluster {
+        Cluster::start_full_some(version, n, started, token, &[], false)
+    }
+
     fn start_full(version: &str, n: usize, token: &str, extra: &[&str], with_tls: bool) -> Cluster {
+        Cluster::start_full_some(version, n, n, token, extra, with_tls)
+    }
+
+    fn start_full_some(
+        version: &str,
+        n: usize,
+        started: usize,
+        token: &str,
+        extra: &[&str],
+        with_tls: bool,
+    ) -> Cluster {
         let (ips, client_port, peer_port) = addresses(n);
         let dir = tempfile::Builder::new()
             .prefix("etcd-cluster-")
@@ -188,10 +205,10 @@ impl Cluster {
         };
         c.tls = tls(c.dir(), &ips, with_tls);
         let initial = c.initial_cluster_arg();
-        for i in 0..n {
+        for i in 0..started {
             c.launch(i, &initial, "new");
         }
-        for i in 0..n {
+        for i in 0..started {
             c.await_ready(i);
         }
         c
