@@ -346,3 +346,56 @@ fn a_cluster_that_lost_its_quorum_makes_joining_wait_then_join_blocked_touching_
         .unwrap();
     assert_eq!(after.members, before.members);
 }
+
+/// How a restore (issue 12) must make its one-member cluster so that the others can join
+/// it: `etcdutl snapshot restore` with the *full* initial_cluster and token keeps the
+/// cluster ID the configuration gives, and one start with `--force-new-cluster` makes it a
+/// one-member cluster. The other two then join through the ordinary decision.
+#[test]
+fn after_a_restore_that_keeps_the_cluster_id_the_other_nodes_join_through_the_decision() {
+    let mut c = Cluster::start("3.5.16", 3, "tok-restore");
+    write_keys(&c);
+    let snap = c.dir().join("snap.db");
+    c.client()
+        .snapshot_save(&c.client_url(0), &snap, Duration::from_secs(30))
+        .unwrap();
+    for i in 0..3 {
+        c.wipe(i);
+    }
+    let out = std::process::Command::new(c.bin.join("etcdutl"))
+        .arg("snapshot")
+        .arg("restore")
+        .arg(&snap)
+        .arg(format!("--name={}", c.members[0].name))
+        .arg(format!("--data-dir={}", c.members[0].data_dir.display()))
+        .arg(format!("--initial-cluster={}", c.initial_cluster_arg()))
+        .arg(format!("--initial-cluster-token={}", c.token))
+        .arg(format!("--initial-advertise-peer-urls={}", c.peer_url(0)))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.extra = vec!["--force-new-cluster".into()];
+    let initial = c.initial_cluster_arg();
+    c.launch(0, &initial, "new");
+    c.await_ready(0);
+    c.extra.clear();
+    let one = c.client().with_endpoints(vec![c.client_url(0)]);
+    let list = one.member_list().unwrap();
+    assert_eq!(list.members.len(), 1);
+    assert_eq!(list.header.cluster_id, node(&c, 0).expected_cluster_id());
+
+    for i in 1..3 {
+        let (_, steps) = join_member(&mut c, i, false);
+        println!(
+            "after the restore, {} joined:\n  {}",
+            c.members[i].name,
+            steps.join("\n  ")
+        );
+    }
+    assert_three_healthy_voters(&c);
+    assert_keys_through(&c, 2);
+}

@@ -25,6 +25,13 @@
 //! cause is a peer rebooting or another replaced node joining first, which passes on its
 //! own; an operator gets the reason when it does not.
 //!
+//! **For restore** (issue 12): the ID check means a restored cluster must keep the ID the
+//! configuration gives, or the other nodes refuse to join it. `etcdutl snapshot restore`
+//! with the *full* `initial_cluster` and `cluster_token`, then one start with
+//! `--force-new-cluster`, does: a one-member cluster with the configuration's ID (host test
+//! `after_a_restore_that_keeps_the_cluster_id_the_other_nodes_join_through_the_decision`).
+//! A restore with a one-member initial cluster (as Talos does) gets another ID.
+//!
 //! Why the quorum rule is enough: a learner does not vote, so adding it changes no quorum;
 //! removing the stale member lowers the voter count to V, and the change is only made
 //! when at least quorum(V) = V/2+1 voters answer; promoting then makes V+1 voters of
