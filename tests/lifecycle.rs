@@ -233,8 +233,17 @@ fn a_learner_that_never_catches_up_is_removed_again_with_its_reason() {
 }
 
 #[test]
-fn leave_one_of_three_then_one_of_two_is_refused_without_force() {
-    let mut c = Cluster::start("3.5.16", 3, "tok-leave");
+fn leave_one_of_three_then_one_of_two_is_refused_without_force_on_3_5_16() {
+    leave_keeps_quorum("3.5.16");
+}
+
+#[test]
+fn leave_one_of_three_then_one_of_two_is_refused_without_force_on_3_4_23() {
+    leave_keeps_quorum("3.4.23");
+}
+
+fn leave_keeps_quorum(version: &str) {
+    let mut c = Cluster::start(version, 3, "tok-leave");
     write_keys(&c);
     let first = node(&c, 0);
     let plan = leave::plan(&first, false).unwrap();
