@@ -272,6 +272,15 @@ mod tests {
     }
 
     #[test]
+    fn every_code_is_in_the_readmes_reason_table() {
+        let readme = include_str!("../README.md");
+        for code in ReasonCode::ALL {
+            let row = format!("| `{}` |", code.as_str());
+            assert!(readme.contains(&row), "README.md has no row {row}");
+        }
+    }
+
+    #[test]
     fn headline_is_code_colon_sentence() {
         let f = Failure::new(ReasonCode::ArchiveMissing, "no etcd on /dev/sr0");
         assert_eq!(f.headline(), "archive-missing: no etcd on /dev/sr0");

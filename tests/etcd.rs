@@ -330,3 +330,95 @@ fn an_unreachable_endpoint_fails_within_the_bound_naming_its_url() {
     assert!(e.to_string().contains(&url), "{e}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
+
+/// Client TLS with client certificates: the client passes the node's files to etcdctl;
+/// without them the same call fails, naming the https URL.
+fn tls(version: &str) {
+    let c = Cluster::start_tls(version, 1, "tok-tls");
+    let url = c.client_url(0);
+    assert!(url.starts_with("https://"), "{url}");
+    let client = c.client();
+    let list = client.member_list().unwrap();
+    assert_eq!(list.members[0].client_urls, std::slice::from_ref(&url));
+    client.put("/tls", "yes").unwrap();
+    assert!(client.endpoint_health().unwrap()[0].healthy);
+    let mut bare = Client::new(c.etcdctl(), vec![url.clone()], None);
+    bare.dial_timeout = Duration::from_secs(1);
+    bare.command_timeout = Duration::from_secs(2);
+    let e = bare.member_list().unwrap_err();
+    assert!(e.to_string().contains(&url), "{e}");
+    println!("etcd {version} without client certificate: {e}");
+}
+
+#[test]
+fn client_tls_with_certificates_on_3_4_23() {
+    tls("3.4.23");
+}
+
+#[test]
+fn client_tls_with_certificates_on_3_5_16() {
+    tls("3.5.16");
+}
+
+/// The holder of a lock dies with the process that took it: this test binary runs itself
+/// as the holder (TTL 60 s), is SIGKILLed, and the lock is free again at once, because
+/// etcdctl got its parent-death SIGTERM and deleted its key (a lease expiry would take
+/// 60 s, beyond this test's 40 s wait; the bound is loose for a loaded machine).
+#[test]
+fn a_lock_holder_dies_with_its_process_and_the_lock_is_free_at_once() {
+    const NAME: &str = "/etcd-setup/lock/die";
+    if let Ok(spec) = std::env::var("ETCD_SETUP_TEST_LOCK_HOLDER") {
+        let (etcdctl, url) = spec.split_once('|').unwrap();
+        let client = Client::new(etcdctl, vec![url.to_string()], None);
+        let held = client
+            .lock(NAME, Duration::from_secs(60), Duration::from_secs(30))
+            .unwrap();
+        println!("HELD {}", held.key());
+        use std::io::Write;
+        std::io::stdout().flush().unwrap();
+        loop {
+            std::thread::park();
+        }
+    }
+    let c = Cluster::start("3.5.16", 1, "tok-die");
+    let mut holder = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_lock_holder_dies_with_its_process_and_the_lock_is_free_at_once",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            "ETCD_SETUP_TEST_LOCK_HOLDER",
+            format!("{}|{}", c.etcdctl().display(), c.client_url(0)),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = holder.stderr.take().unwrap();
+    let err = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+    let out = holder.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
+    let held = lines
+        .by_ref()
+        .map_while(Result::ok)
+        // libtest prints "test NAME ... " before it, on the same line.
+        .find_map(|l| l.split_once("HELD ").map(|(_, key)| key.to_string()));
+    let Some(held) = held else {
+        let _ = holder.wait();
+        panic!("the holder did not take the lock: {}", err.join().unwrap());
+    };
+    assert!(held.contains(NAME), "{held}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let client = c.client();
+    let (lock, took) = support::etcd::timed(|| {
+        client
+            .lock(NAME, Duration::from_secs(5), Duration::from_secs(40))
+            .unwrap()
+    });
+    println!("lock free {took:?} after its holder's process was SIGKILLed (TTL 60 s)");
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    lock.release();
+}

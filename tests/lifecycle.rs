@@ -21,14 +21,14 @@ fn node(c: &Cluster, i: usize) -> Node {
         initial_cluster: c.initial_cluster(),
         token: c.token.clone(),
         client_port: c.client_port,
-        client_tls: None,
+        client_tls: c.tls.clone(),
         data_dir: c.members[i].data_dir.clone(),
         etcdctl: c.etcdctl(),
     }
 }
 
 fn log(steps: &mut Vec<String>, t: Instant) -> impl FnMut(Progress) + '_ {
-    move |p| steps.push(format!("+{:.1} s {p:?}", t.elapsed().as_secs_f32()))
+    move |p| steps.push(format!("+{:.1} s {p}", t.elapsed().as_secs_f32()))
 }
 
 fn write_keys(c: &Cluster) {
@@ -78,6 +78,11 @@ fn join_member(c: &mut Cluster, i: usize, expect_move_aside: bool) -> (join::Pla
     assert_eq!(*move_aside, expect_move_aside);
     let plan = join::prepare(&n, &decision, &mut log(&mut steps, t)).unwrap();
     assert_eq!(plan.state.as_str(), "existing");
+    // The promotion goes through voting members, never through the learner itself.
+    assert!(
+        !plan.via.is_empty() && !plan.via.contains(&c.client_url(i)),
+        "{plan:?}"
+    );
     let listed = c
         .client()
         .with_endpoints(vec![c.client_url(0)])
@@ -92,8 +97,12 @@ fn join_member(c: &mut Cluster, i: usize, expect_move_aside: bool) -> (join::Pla
     (plan, steps)
 }
 
-fn wiped_member_rejoins(version: &str) {
-    let mut c = Cluster::start(version, 3, "tok-rejoin");
+fn wiped_member_rejoins(version: &str, tls: bool) {
+    let mut c = if tls {
+        Cluster::start_tls(version, 3, "tok-rejoin")
+    } else {
+        Cluster::start(version, 3, "tok-rejoin")
+    };
     write_keys(&c);
     let old = c.client().member_list().unwrap();
     let old3 = old.by_peer_url(&c.peer_url(2)).unwrap().id;
@@ -107,7 +116,7 @@ fn wiped_member_rejoins(version: &str) {
     assert!(
         steps
             .iter()
-            .any(|s| s.contains(&format!("RemovedStale({old3:?})"))),
+            .any(|s| s.contains(&format!("stale member {old3}"))),
         "{steps:?}"
     );
     assert_ne!(plan.member_id, old3);
@@ -121,12 +130,17 @@ fn wiped_member_rejoins(version: &str) {
 
 #[test]
 fn a_wiped_member_rejoins_as_a_learner_and_is_promoted_on_3_5_16() {
-    wiped_member_rejoins("3.5.16");
+    wiped_member_rejoins("3.5.16", false);
+}
+
+#[test]
+fn a_wiped_member_rejoins_over_client_tls_on_3_5_16() {
+    wiped_member_rejoins("3.5.16", true);
 }
 
 #[test]
 fn a_wiped_member_rejoins_as_a_learner_and_is_promoted_on_3_4_23() {
-    wiped_member_rejoins("3.4.23");
+    wiped_member_rejoins("3.4.23", false);
 }
 
 #[test]
@@ -219,8 +233,17 @@ fn a_learner_that_never_catches_up_is_removed_again_with_its_reason() {
 }
 
 #[test]
-fn leave_one_of_three_then_one_of_two_is_refused_without_force() {
-    let mut c = Cluster::start("3.5.16", 3, "tok-leave");
+fn leave_one_of_three_then_one_of_two_is_refused_without_force_on_3_5_16() {
+    leave_keeps_quorum("3.5.16");
+}
+
+#[test]
+fn leave_one_of_three_then_one_of_two_is_refused_without_force_on_3_4_23() {
+    leave_keeps_quorum("3.4.23");
+}
+
+fn leave_keeps_quorum(version: &str) {
+    let mut c = Cluster::start(version, 3, "tok-leave");
     write_keys(&c);
     let first = node(&c, 0);
     let plan = leave::plan(&first, false).unwrap();
@@ -258,4 +281,135 @@ fn leave_one_of_three_then_one_of_two_is_refused_without_force() {
         2,
         "a refused leave touched nothing"
     );
+}
+
+#[test]
+fn a_late_first_boot_of_a_new_cluster_bootstraps_as_configured_without_a_membership_change() {
+    // Two of three started together and have a quorum; the third comes late, as with an
+    // ISO attached later. It must start `new` as configured, not replace its own member.
+    let mut c = Cluster::start_some("3.5.16", 3, 2, "tok-late");
+    let before = c
+        .client()
+        .with_endpoints(vec![c.client_url(0)])
+        .member_list()
+        .unwrap();
+    let unstarted = before.by_peer_url(&c.peer_url(2)).unwrap();
+    assert!(!unstarted.is_started());
+    let decision = join::decide(&node(&c, 2), WAIT, &mut |_| {}).unwrap();
+    assert!(
+        matches!(decision, Decision::StartAsConfigured { .. }),
+        "{decision:?}"
+    );
+    let initial = c.initial_cluster_arg();
+    c.launch(2, &initial, "new");
+    c.await_ready(2);
+    let members = assert_three_healthy_voters(&c);
+    assert_eq!(
+        members.iter().map(|m| m.id).collect::<Vec<_>>(),
+        before.members.iter().map(|m| m.id).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn nobody_answering_bootstraps_as_configured_within_the_bound() {
+    // A new cluster's first node: its peers have not started.
+    let c = Cluster::start_some("3.5.16", 3, 0, "tok-first");
+    let (decision, took) =
+        support::etcd::timed(|| join::decide(&node(&c, 0), WAIT, &mut |_| {}).unwrap());
+    assert!(
+        matches!(decision, Decision::StartAsConfigured { .. }),
+        "{decision:?}"
+    );
+    assert!(took < Duration::from_secs(12), "took {took:?}");
+}
+
+#[test]
+fn a_cluster_that_lost_its_quorum_makes_joining_wait_then_join_blocked_touching_nothing() {
+    // Member 3 wiped and member 2 down: member 1 alone serves status but has no leader.
+    // Bootstrapping `new` beside it would be wrong, changing membership impossible.
+    let mut c = Cluster::start("3.5.16", 3, "tok-blocked");
+    let before = c
+        .client()
+        .with_endpoints(vec![c.client_url(0)])
+        .member_list()
+        .unwrap();
+    c.wipe(2);
+    c.kill(1);
+    let mut waits = 0;
+    let (r, took) = support::etcd::timed(|| {
+        join::decide(&node(&c, 2), Duration::from_secs(12), &mut |p| {
+            if matches!(p, Progress::Waiting(_)) {
+                waits += 1
+            }
+        })
+    });
+    let f = r.unwrap_err();
+    assert_eq!(f.code, ReasonCode::JoinBlocked, "{f}");
+    assert!(f.message.contains("has no quorum"), "{f}");
+    assert!(f.message.contains("etcdserver: no leader"), "{f}");
+    println!("after {took:?} and {waits} waits: {f}");
+    assert!(waits >= 1);
+    // Nothing was changed: member 2 comes back and the member list is as it was.
+    let initial = c.initial_cluster_arg();
+    c.launch(1, &initial, "new");
+    c.await_ready(1);
+    let after = c
+        .client()
+        .with_endpoints(vec![c.client_url(0)])
+        .member_list()
+        .unwrap();
+    assert_eq!(after.members, before.members);
+}
+
+/// How a restore (issue 12) must make its one-member cluster so that the others can join
+/// it: `etcdutl snapshot restore` with the *full* initial_cluster and token keeps the
+/// cluster ID the configuration gives, and one start with `--force-new-cluster` makes it a
+/// one-member cluster. The other two then join through the ordinary decision.
+#[test]
+fn after_a_restore_that_keeps_the_cluster_id_the_other_nodes_join_through_the_decision() {
+    let mut c = Cluster::start("3.5.16", 3, "tok-restore");
+    write_keys(&c);
+    let snap = c.dir().join("snap.db");
+    c.client()
+        .snapshot_save(&c.client_url(0), &snap, Duration::from_secs(30))
+        .unwrap();
+    for i in 0..3 {
+        c.wipe(i);
+    }
+    let out = std::process::Command::new(c.bin.join("etcdutl"))
+        .arg("snapshot")
+        .arg("restore")
+        .arg(&snap)
+        .arg(format!("--name={}", c.members[0].name))
+        .arg(format!("--data-dir={}", c.members[0].data_dir.display()))
+        .arg(format!("--initial-cluster={}", c.initial_cluster_arg()))
+        .arg(format!("--initial-cluster-token={}", c.token))
+        .arg(format!("--initial-advertise-peer-urls={}", c.peer_url(0)))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.extra = vec!["--force-new-cluster".into()];
+    let initial = c.initial_cluster_arg();
+    c.launch(0, &initial, "new");
+    c.await_ready(0);
+    c.extra.clear();
+    let one = c.client().with_endpoints(vec![c.client_url(0)]);
+    let list = one.member_list().unwrap();
+    assert_eq!(list.members.len(), 1);
+    assert_eq!(list.header.cluster_id, node(&c, 0).expected_cluster_id());
+
+    for i in 1..3 {
+        let (_, steps) = join_member(&mut c, i, false);
+        println!(
+            "after the restore, {} joined:\n  {}",
+            c.members[i].name,
+            steps.join("\n  ")
+        );
+    }
+    assert_three_healthy_voters(&c);
+    assert_keys_through(&c, 2);
 }

@@ -30,9 +30,11 @@ pub struct Member {
 }
 
 impl Member {
-    /// Whether the member ever started and published itself (etcdctl's `started`).
+    /// Whether the member ever started and published itself. Publishing sets its client
+    /// URLs (and its name): an initial member that never started has its name from
+    /// `--initial-cluster` but no client URL; one added by `member add` has neither.
     pub fn is_started(&self) -> bool {
-        !self.name.is_empty()
+        !self.client_urls.is_empty()
     }
 }
 
@@ -81,9 +83,9 @@ impl MemberList {
 
     /// etcd's `--initial-cluster` for a member joining this cluster: every member's
     /// `name=peerURL`, the member `new_id` under `new_name` (it has no name yet), in the
-    /// order etcd lists them, as `etcdctl member add` prints `ETCD_INITIAL_CLUSTER`.
-    /// Members that never started have no name and are left out: etcd's check of an
-    /// `existing` start compares peer URLs of named members only.
+    /// order etcd lists them, exactly as `etcdctl member add` prints
+    /// `ETCD_INITIAL_CLUSTER` (a member with no name yet appears as `=URL`: an `existing`
+    /// start checks that it knows every member's peer URLs).
     pub fn initial_cluster_for(&self, new_id: Id, new_name: &str) -> String {
         let mut parts = Vec::new();
         for m in &self.members {
@@ -92,9 +94,6 @@ impl MemberList {
             } else {
                 m.name.as_str()
             };
-            if name.is_empty() {
-                continue;
-            }
             for u in &m.peer_urls {
                 parts.push(format!("{name}={u}"));
             }

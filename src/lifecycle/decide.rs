@@ -3,12 +3,14 @@
 //! | what the peers answered | data dir | decision |
 //! | --- | --- | --- |
 //! | no peer answers (none up, or a new cluster still bootstrapping: etcd serves clients only once it has a quorum) | any | start as configured |
+//! | peers answer `endpoint status` but give no member list (a cluster that lost its quorum) | any | wait (another ID: refuse) |
 //! | peers report different cluster IDs | any | refuse: `cluster-mismatch` |
 //! | the cluster ID is not the one `initial_cluster` + `cluster_token` give | any | refuse: `cluster-mismatch` |
 //! | this node's peer URL is a member | has data | start as configured (it is a member) |
+//! | this node's peer URL is an initial voter that never started, with the ID our peer URL and token give (first boot, this node late) | empty | start as configured: etcd bootstraps it with `new` |
 //! | this node's peer URL is not a member | has data | the member was removed: move the data aside, then join |
 //! | this node's peer URL is not a member | empty | join |
-//! | this node's peer URL is a member (the VM was recreated empty) | empty | remove that stale member, then join |
+//! | this node's peer URL is a member that started once (the VM was recreated empty), or a learner of an earlier attempt | empty | remove that stale member, then join |
 //! | another member has this node's name at another peer URL | any | wait: it may be a second node misnamed, never removed by us |
 //! | the member with this node's peer URL answers health checks | empty | refuse: `cluster-mismatch` (another etcd has this address) |
 //! | another learner is in the cluster (etcd allows one) | — | wait for it to be promoted or removed |
@@ -22,6 +24,13 @@
 //! when the time is up it becomes `join-blocked`. Waiting, not refusing at once: the usual
 //! cause is a peer rebooting or another replaced node joining first, which passes on its
 //! own; an operator gets the reason when it does not.
+//!
+//! **For restore** (issue 12): the ID check means a restored cluster must keep the ID the
+//! configuration gives, or the other nodes refuse to join it. `etcdutl snapshot restore`
+//! with the *full* `initial_cluster` and `cluster_token`, then one start with
+//! `--force-new-cluster`, does: a one-member cluster with the configuration's ID (host test
+//! `after_a_restore_that_keeps_the_cluster_id_the_other_nodes_join_through_the_decision`).
+//! A restore with a one-member initial cluster (as Talos does) gets another ID.
 //!
 //! Why the quorum rule is enough: a learner does not vote, so adding it changes no quorum;
 //! removing the stale member lowers the voter count to V, and the change is only made
@@ -81,6 +90,42 @@ pub fn decide(node: &Node, has_data: bool, survey: &Survey) -> Decision {
         .filter_map(|(u, r)| r.as_ref().ok().map(|l| (u, l)))
         .collect();
     let Some(&(first_url, list)) = answered.first() else {
+        if let Some(st) = survey.statuses.first() {
+            // Members that serve clients but cannot list the members: a cluster exists
+            // and has no leader. Starting `new` beside it would be wrong; so is a change.
+            let expected = node.expected_cluster_id();
+            if st.cluster_id != expected {
+                return Decision::Refuse {
+                    code: ReasonCode::ClusterMismatch,
+                    why: format!(
+                        "the cluster at {} has ID {}, but initial_cluster and cluster_token {:?} give {expected}: another cluster or another token; etcd stays off",
+                        st.endpoint, st.cluster_id, node.token
+                    ),
+                };
+            }
+            let said: Vec<String> = survey
+                .statuses
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}: {}",
+                        s.endpoint,
+                        if s.errors.is_empty() {
+                            "no leader".into()
+                        } else {
+                            s.errors.join(", ")
+                        }
+                    )
+                })
+                .collect();
+            return Decision::Wait {
+                why: format!(
+                    "cluster {} answers but has no quorum to list or change its members ({})",
+                    st.cluster_id,
+                    said.join("; ")
+                ),
+            };
+        }
         let asked: Vec<&str> = survey.peers.iter().map(|(u, _)| u.as_str()).collect();
         return Decision::StartAsConfigured {
             why: if asked.is_empty() {
@@ -120,22 +165,22 @@ pub fn decide(node: &Node, has_data: bool, survey: &Survey) -> Decision {
         }
     }
 
+    let mut remove: Vec<Member> = Vec::new();
     if let Some(m) = ours {
-        // This node's bootstrap member, never started: the cluster formed with a quorum
-        // of the others while this node was still waiting for its ISO. etcd takes it in as
-        // it is (state `new`, the same initial cluster): nothing to remove or add.
-        let bootstrap = crate::etcd::member_id(&node.peer_urls, &node.token);
-        if !has_data && !m.is_started() && m.id == bootstrap {
+        // The first boot of a new cluster where this node comes late: the others formed a
+        // quorum and list this node as the initial member that never started, with the
+        // very ID our peer URLs and token give. etcd bootstraps it with `new` as it is.
+        if !m.is_started()
+            && !m.is_learner
+            && m.id == crate::etcd::member_id(&node.peer_urls, &node.token)
+        {
             return Decision::StartAsConfigured {
                 why: format!(
-                    "this node is member {} of cluster {id} as bootstrapped, not started yet",
+                    "this node is initial member {} of cluster {id}, not started yet: it bootstraps with the others",
                     m.id
                 ),
             };
         }
-    }
-    let mut remove: Vec<Member> = Vec::new();
-    if let Some(m) = ours {
         // Our own peer URL: our old self, its data gone with the old disk.
         if survey.is_healthy(m.id) {
             return Decision::Refuse {

@@ -40,6 +40,36 @@ pub enum Progress {
     Promoted(Id),
 }
 
+impl std::fmt::Display for Progress {
+    /// The line for status and the timeline.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Progress::Waiting(why) => write!(f, "waiting to join the existing cluster: {why}"),
+            Progress::RemovedStale(id) => write!(f, "removed this node's stale member {id}"),
+            Progress::MovedAside(p) => {
+                write!(
+                    f,
+                    "moved the removed member's data dir aside to {}",
+                    p.display()
+                )
+            }
+            Progress::AddedLearner(id) => {
+                write!(f, "joining the existing cluster as a learner (member {id})")
+            }
+            Progress::CatchingUp { learner, leader } => {
+                let show = |i: &Option<u64>| i.map_or("?".to_string(), |i| i.to_string());
+                write!(
+                    f,
+                    "learner catching up: raft index {} of the leader's {}",
+                    show(learner),
+                    show(leader)
+                )
+            }
+            Progress::Promoted(id) => write!(f, "promoted to voting member (member {id})"),
+        }
+    }
+}
+
 /// What etcd must start with after [`prepare`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -56,7 +86,8 @@ pub struct Plan {
 }
 
 /// Surveys the cluster and decides, asking again every [`POLL`] while the decision is to
-/// wait, for at most `wait`; a wait that does not end is `join-blocked`.
+/// wait, for at most `wait` (plus the survey under way, at most about 10 s: a member list
+/// and a status call, each bounded); a wait that does not end is `join-blocked`.
 pub fn decide(
     node: &Node,
     wait: Duration,
@@ -266,4 +297,29 @@ fn catching_up(voters: &Client, learner: Option<&Client>) -> Progress {
         .and_then(|c| c.endpoint_status().ok())
         .and_then(|s| s.first().map(|s| s.raft_index));
     Progress::CatchingUp { learner, leader }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_reads_as_status_lines() {
+        assert_eq!(
+            Progress::AddedLearner(Id(0xab)).to_string(),
+            "joining the existing cluster as a learner (member ab)"
+        );
+        assert_eq!(
+            Progress::Promoted(Id(0xab)).to_string(),
+            "promoted to voting member (member ab)"
+        );
+        assert_eq!(
+            Progress::CatchingUp {
+                learner: None,
+                leader: Some(42)
+            }
+            .to_string(),
+            "learner catching up: raft index ? of the leader's 42"
+        );
+    }
 }

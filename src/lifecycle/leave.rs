@@ -247,6 +247,7 @@ mod tests {
                 }),
             )],
             health,
+            statuses: vec![],
         }
     }
 

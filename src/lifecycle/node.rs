@@ -144,3 +144,27 @@ mod tests {
         assert_eq!(node(false).client_url_of("http://:2380"), None);
     }
 }
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+
+    #[test]
+    fn the_node_of_the_documented_configuration() {
+        let s = crate::config::parse(crate::config::EXAMPLE, std::path::Path::new("example.toml"))
+            .expect("the example parses");
+        let n = Node::from_settings(&s);
+        assert_eq!(n.name, "etcd-1");
+        assert_eq!(n.peer_urls, ["https://10.1.1.11:2380"]);
+        assert_eq!(
+            n.peer_client_urls(),
+            ["https://10.1.1.12:2379", "https://10.1.1.13:2379"]
+        );
+        assert_eq!(n.etcdctl, PathBuf::from("/opt/bin/etcdctl"));
+        assert_eq!(n.client_tls, s.tls.client);
+        assert_eq!(
+            n.expected_cluster_id(),
+            etcd::cluster_id(&s.initial_cluster, "k8s-etcd-abc")
+        );
+    }
+}

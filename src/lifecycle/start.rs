@@ -1,12 +1,12 @@
 //! The join step of `etcd-setup run`, between installing etcd and starting it: ask the
 //! cluster, and either start as configured or prepare a join (the learner added, the
-//! membership etcd must start with). What status shows on the way is [`Progress`]'s text.
+//! membership etcd must start with). What status shows on the way is [`Progress`]'s
+//! `Display`.
 
 use super::decide::Decision;
 use super::join::{self, Plan, Progress};
 use super::node::Node;
 use crate::reason::{Failure, ReasonCode};
-use std::fmt;
 use std::time::Duration;
 
 /// Decides how this node's etcd starts. `None`: as configured (a new cluster, or a member
@@ -30,36 +30,6 @@ pub fn before_start(
     }
 }
 
-impl fmt::Display for Progress {
-    /// The progress line status shows.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Progress::Waiting(why) => write!(f, "waiting before joining the cluster: {why}"),
-            Progress::RemovedStale(id) => {
-                write!(f, "removed this node's stale member {id} from the cluster")
-            }
-            Progress::MovedAside(to) => write!(
-                f,
-                "this node's member was removed from the cluster; its data was moved aside to {}",
-                to.display()
-            ),
-            Progress::AddedLearner(id) => {
-                write!(f, "joining the existing cluster as a learner (member {id})")
-            }
-            Progress::CatchingUp { learner, leader } => {
-                let show = |v: &Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
-                write!(
-                    f,
-                    "joining the existing cluster as a learner: raft index {} of the leader's {}",
-                    show(learner),
-                    show(leader)
-                )
-            }
-            Progress::Promoted(id) => write!(f, "promoted to voting member {id}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,7 +50,7 @@ mod tests {
                 leader: Some(42)
             }
             .to_string(),
-            "joining the existing cluster as a learner: raft index ? of the leader's 42"
+            "learner catching up: raft index ? of the leader's 42"
         );
         assert!(Progress::Promoted(Id(1))
             .to_string()

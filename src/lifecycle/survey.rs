@@ -21,6 +21,9 @@ pub struct Survey {
     pub peers: Vec<(String, Result<MemberList, EtcdError>)>,
     /// The health of each member of the first member list, by ID.
     pub health: Vec<(Id, MemberHealth)>,
+    /// The peers that gave no member list but answered `endpoint status` (which is
+    /// served without a leader): a cluster that lost its quorum.
+    pub statuses: Vec<etcd::EndpointStatus>,
 }
 
 impl Survey {
@@ -50,8 +53,21 @@ pub fn survey(node: &Node, urls: Vec<String>, skip: &[Id]) -> Survey {
     let mut survey = Survey {
         peers,
         health: Vec::new(),
+        statuses: Vec::new(),
     };
     let Some(list) = survey.list().cloned() else {
+        // Nobody listed the members: a cluster without a leader still answers status.
+        let silent: Vec<String> = survey
+            .peers
+            .iter()
+            .filter(|(_, r)| r.as_ref().is_err_and(|e| e.kind != etcd::ErrorKind::Spawn))
+            .map(|(u, _)| u.clone())
+            .collect();
+        survey.statuses = etcd::each_endpoint(&node.client(silent), |c| c.endpoint_status())
+            .into_iter()
+            .filter_map(|(_, r)| r.ok())
+            .flatten()
+            .collect();
         return survey;
     };
     let health = std::thread::scope(|s| {

@@ -94,6 +94,8 @@ pub struct Cluster {
     pub members: Vec<Member>,
     /// Extra flags every member starts with.
     pub extra: Vec<String>,
+    /// Client TLS (https, client certificates required) when set.
+    pub tls: Option<etcd_setup::config::TlsFiles>,
     dir: tempfile::TempDir,
 }
 
@@ -147,6 +149,33 @@ impl Cluster {
 
     /// [`Cluster::start`] with `extra` flags for every member.
     pub fn start_with(version: &str, n: usize, token: &str, extra: &[&str]) -> Cluster {
+        Cluster::start_full(version, n, token, extra, false)
+    }
+
+    /// [`Cluster::start`] with client TLS: https client URLs, client certificates required,
+    /// a CA, server and client certificate made with openssl for the members' addresses.
+    pub fn start_tls(version: &str, n: usize, token: &str) -> Cluster {
+        Cluster::start_full(version, n, token, &[], true)
+    }
+
+    /// A new cluster of `n` members of which only the first `started` are started (and
+    /// awaited: they need a quorum of `n`).
+    pub fn start_some(version: &str, n: usize, started: usize, token: &str) -> Cluster {
+        Cluster::start_full_some(version, n, started, token, &[], false)
+    }
+
+    fn start_full(version: &str, n: usize, token: &str, extra: &[&str], with_tls: bool) -> Cluster {
+        Cluster::start_full_some(version, n, n, token, extra, with_tls)
+    }
+
+    fn start_full_some(
+        version: &str,
+        n: usize,
+        started: usize,
+        token: &str,
+        extra: &[&str],
+        with_tls: bool,
+    ) -> Cluster {
         let (ips, client_port, peer_port) = addresses(n);
         let dir = tempfile::Builder::new()
             .prefix("etcd-cluster-")
@@ -171,13 +200,15 @@ impl Cluster {
             peer_port,
             members,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls: None,
             dir,
         };
+        c.tls = tls(c.dir(), &ips, with_tls);
         let initial = c.initial_cluster_arg();
-        for i in 0..n {
+        for i in 0..started {
             c.launch(i, &initial, "new");
         }
-        for i in 0..n {
+        for i in 0..started {
             c.await_ready(i);
         }
         c
@@ -190,7 +221,8 @@ impl Cluster {
 
     /// Member `i`'s client URL.
     pub fn client_url(&self, i: usize) -> String {
-        format!("http://{}:{}", self.members[i].ip, self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.members[i].ip, self.client_port)
     }
 
     /// Member `i`'s peer URL.
@@ -228,7 +260,7 @@ impl Cluster {
 
     /// An etcd-setup client of every member.
     pub fn client(&self) -> etcd_setup::etcd::Client {
-        etcd_setup::etcd::Client::new(self.etcdctl(), self.client_urls(), None)
+        etcd_setup::etcd::Client::new(self.etcdctl(), self.client_urls(), self.tls.clone())
     }
 
     /// Adds a member slot (not started) on the next loopback address, named `name`.
@@ -267,6 +299,14 @@ impl Cluster {
             .arg("--heartbeat-interval=50")
             .arg("--election-timeout=500")
             .args(&self.extra)
+            .args(self.tls.iter().flat_map(|t| {
+                [
+                    format!("--cert-file={}", t.cert.display()),
+                    format!("--key-file={}", t.key.display()),
+                    format!("--trusted-ca-file={}", t.trusted_ca.display()),
+                    "--client-cert-auth".to_string(),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -342,6 +382,76 @@ impl Drop for Cluster {
             self.kill(i);
         }
     }
+}
+
+/// A CA and one certificate for server and client use, valid for `ips`, made with
+/// openssl in `dir` (`None` unless `on`).
+fn tls(dir: &Path, ips: &[Ipv4Addr], on: bool) -> Option<etcd_setup::config::TlsFiles> {
+    if !on {
+        return None;
+    }
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ]);
+    let sans: Vec<String> = ips.iter().map(|ip| format!("IP:{ip}")).collect();
+    std::fs::write(
+        dir.join("ext.cnf"),
+        format!(
+            "subjectAltName={}\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n",
+            sans.join(",")
+        ),
+    )
+    .unwrap();
+    run(&[
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=etcd", "-keyout", "node.key", "-out",
+        "node.csr",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "node.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "node.crt",
+    ]);
+    Some(etcd_setup::config::TlsFiles {
+        cert: dir.join("node.crt"),
+        key: dir.join("node.key"),
+        trusted_ca: dir.join("ca.crt"),
+    })
 }
 
 /// How long `f` took, and its value.

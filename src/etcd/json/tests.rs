@@ -24,6 +24,11 @@ fn member_list_of_3_4_keeps_a_never_started_learner_and_exact_u64_ids() {
     assert_eq!(learner.id.to_string(), "ca0b3947015d2685");
     assert!(learner.is_learner);
     assert!(!learner.is_started());
+    assert_eq!(
+        list.initial_cluster_for(Id(1), "x"),
+        "n1=http://127.0.0.1:23424,=http://127.0.0.1:29999",
+        "as etcdctl prints it"
+    );
     assert!(learner.client_urls.is_empty());
     let voter = list.by_peer_url("http://127.0.0.1:23424").unwrap();
     assert!(voter.is_started() && !voter.is_learner);
@@ -111,4 +116,24 @@ fn base64_of_every_padding() {
 fn garbage_is_an_error_not_a_panic() {
     assert!(member_list(b"Error: something").is_err());
     assert!(endpoint_status(b"{").is_err());
+}
+
+#[test]
+fn an_initial_member_that_never_started_has_its_name_but_no_client_url() {
+    // 3.5.16, a new three-member cluster of which two started.
+    let text = r#"{"header":{"cluster_id":1954493566479541435,"member_id":16333665140742200556,"raft_term":2},"members":[{"ID":3660125263232131921,"name":"b","peerURLs":["http://127.0.0.1:26011"],"clientURLs":["http://127.0.0.1:26010"]},{"ID":5037047406486088940,"name":"c","peerURLs":["http://127.0.0.1:26021"]},{"ID":16333665140742200556,"name":"a","peerURLs":["http://127.0.0.1:26001"],"clientURLs":["http://127.0.0.1:26000"]}]}"#;
+    let list = member_list(text.as_bytes()).unwrap();
+    let c = list.by_peer_url("http://127.0.0.1:26021").unwrap();
+    assert_eq!(c.name, "c");
+    assert!(!c.is_started());
+    assert_eq!(list.members.iter().filter(|m| m.is_started()).count(), 2);
+}
+
+#[test]
+fn endpoint_status_of_a_member_without_leader_says_so() {
+    // 3.5.16, one of three members left: it still answers status, serializably.
+    let text = r#"[{"Endpoint":"http://127.0.0.1:26000","Status":{"header":{"cluster_id":1954493566479541435,"member_id":16333665140742200556,"revision":1,"raft_term":2},"version":"3.5.16","dbSize":20480,"raftIndex":7,"raftTerm":2,"raftAppliedIndex":7,"errors":["etcdserver: no leader"],"dbSizeInUse":16384}}]"#;
+    let s = &endpoint_status(text.as_bytes()).unwrap()[0];
+    assert_eq!(s.leader, Id(0));
+    assert_eq!(s.errors, ["etcdserver: no leader"]);
 }

@@ -64,6 +64,7 @@ fn survey(cluster: Id, members: Vec<Member>, healthy: &[u64]) -> Survey {
                 (m.id, h)
             })
             .collect(),
+        statuses: vec![],
     }
 }
 
@@ -99,6 +100,7 @@ fn no_peer_answering_starts_as_configured() {
             unreachable("http://10.0.0.2:2379"),
         ],
         health: vec![],
+        statuses: vec![],
     };
     for data in [false, true] {
         match decide(&node(), data, &s) {
@@ -307,4 +309,61 @@ fn five_members_with_two_replaced_at_once_can_both_join() {
 #[test]
 fn quorum_of_voter_counts() {
     assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
+}
+
+#[test]
+fn a_late_first_boot_whose_initial_member_never_started_bootstraps_as_configured() {
+    // The other two formed a quorum; etcd lists this node's initial member, unnamed.
+    let n = node();
+    let id = crate::etcd::member_id(&n.peer_urls, TOKEN);
+    let s = survey(ours(), three(member(id.0, "", 3, false)), &[1, 2]);
+    match decide(&n, false, &s) {
+        Decision::StartAsConfigured { why } => assert!(why.contains("not started yet"), "{why}"),
+        d => panic!("{d:?}"),
+    }
+    // The same unstarted voter with an ID our configuration does not give: not ours to
+    // bootstrap, so it is replaced.
+    let s = survey(ours(), three(member(12345, "", 3, false)), &[1, 2]);
+    assert!(
+        matches!(decide(&n, false, &s), Decision::Join { remove, .. } if remove[0].id == Id(12345))
+    );
+}
+
+#[test]
+fn a_cluster_without_quorum_that_still_answers_status_makes_it_wait_not_bootstrap() {
+    let status = |cluster: Id| crate::etcd::EndpointStatus {
+        endpoint: "http://10.0.0.1:2379".into(),
+        cluster_id: cluster,
+        member_id: Id(1),
+        revision: 1,
+        version: "3.5.16".into(),
+        db_size: 20480,
+        db_size_in_use: Some(16384),
+        leader: Id(0),
+        raft_index: 7,
+        raft_term: 2,
+        raft_applied_index: Some(7),
+        is_learner: false,
+        errors: vec!["etcdserver: no leader".into()],
+    };
+    let mut s = Survey {
+        peers: vec![
+            unreachable("http://10.0.0.1:2379"),
+            unreachable("http://10.0.0.2:2379"),
+        ],
+        health: vec![],
+        statuses: vec![status(ours())],
+    };
+    match decide(&node(), false, &s) {
+        Decision::Wait { why } => assert!(why.contains("etcdserver: no leader"), "{why}"),
+        d => panic!("{d:?}"),
+    }
+    s.statuses = vec![status(Id(77))];
+    assert!(matches!(
+        decide(&node(), false, &s),
+        Decision::Refuse {
+            code: ReasonCode::ClusterMismatch,
+            ..
+        }
+    ));
 }
