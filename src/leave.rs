@@ -17,6 +17,7 @@ use crate::report::{self, Phase, State};
 use crate::run::Paths;
 use crate::systemd::Systemd;
 use crate::unit::ETCD_UNIT;
+use crate::{output, printable};
 use std::time::{Duration, SystemTime};
 
 /// Runs `etcd-setup leave`; returns the exit code.
@@ -24,7 +25,7 @@ pub fn command(args: &LeaveArgs) -> u8 {
     let settings = match config::load(&args.config) {
         Ok(s) => s,
         Err(f) => {
-            eprintln!("etcd-setup leave: {}", f.headline());
+            eprintln!("etcd-setup leave: {}", printable::line(&f.headline()));
             return exit::CONFIG;
         }
     };
@@ -38,13 +39,13 @@ pub fn command(args: &LeaveArgs) -> u8 {
     };
     match leave(&settings, &paths, args.force) {
         Ok(done) => {
-            println!("{done}");
+            output::print(&format!("{}\n", printable::line(&done)));
             exit::OK
         }
         Err(f) => {
-            eprintln!("etcd-setup leave: {}", f.headline());
+            eprintln!("etcd-setup leave: {}", printable::line(&f.headline()));
             if let Some(detail) = &f.source {
-                eprintln!("    {detail:#}");
+                eprintln!("    {}", printable::line(&format!("{detail:#}")));
             }
             exit::FAILED
         }
