@@ -3,7 +3,8 @@
 //! the archive pass and turns what is missing or unreadable into reason codes.
 
 use crate::archive::{self, Extracted, Policy};
-use crate::iso9660::{self, IsoImage};
+use crate::discover::FoundIso;
+use crate::iso9660::{self, IsoFile, IsoImage};
 use crate::reason::{Failure, ReasonCode};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -49,13 +50,7 @@ pub fn validate_path(
         )
         .with_source(e)
     })?;
-    let unreadable = |e: std::io::Error| {
-        Failure::new(
-            ReasonCode::IsoUnreadable,
-            format!("cannot read {shown}: {e}"),
-        )
-        .with_source(e)
-    };
+    let unreadable = |e: std::io::Error| Failure::iso_unreadable(&shown, e);
     if iso9660::is_iso9660(&mut file).map_err(unreadable)? {
         file.seek(SeekFrom::Start(0)).map_err(unreadable)?;
         return validate_iso(
@@ -104,34 +99,70 @@ pub fn validate_iso<R: Read + Seek>(
     })?;
     let label = iso.volume_label().to_string();
     let found = iso.find(archive_path).map_err(|e| {
-        Failure::new(
-            ReasonCode::IsoUnreadable,
-            format!("cannot look up {archive_path} on {device} (label {label}): {e}"),
-        )
-        .with_source(e)
+        Failure::iso_unreadable(format!("{archive_path} on {device} (label {label})"), e)
     })?;
-    let Some(file) = found else {
-        let holds = iso
+    let Some(entry) = found else {
+        let top_level = iso
             .list_root()
-            .map(|names| names.join(", "))
-            .unwrap_or_else(|e| format!("(cannot list: {e})"));
-        return Err(Failure::new(
-            ReasonCode::ArchiveMissing,
-            format!(
-                "the Kubernetes ISO on {device} (label {label}) has no {archive_path}; \
-                 rebuild it with an etcd version"
-            ),
-        )
-        .with_source(anyhow::anyhow!("the disc's top level holds: {holds}")));
+            .unwrap_or_else(|e| vec![format!("(cannot list: {e})")]);
+        return Err(Failure::archive_missing(
+            device,
+            &label,
+            archive_path,
+            &top_level,
+        ));
     };
+    extract_entry(
+        iso,
+        &entry,
+        device,
+        label,
+        archive_path,
+        staging_parent,
+        policy,
+    )
+}
+
+/// Validates the archive of the disc discovery found, read from the image discovery
+/// parsed: the disc is not opened or parsed again.
+pub fn validate_found(
+    found: FoundIso,
+    archive_path: &str,
+    staging_parent: &Path,
+    policy: &Policy,
+) -> Result<Validated, Failure> {
+    let FoundIso {
+        device,
+        label,
+        image,
+        archive,
+    } = found;
+    let device = device.display().to_string();
+    extract_entry(
+        image,
+        &archive,
+        &device,
+        label,
+        archive_path,
+        staging_parent,
+        policy,
+    )
+}
+
+/// The archive pass over `entry` of `iso`.
+fn extract_entry<R: Read + Seek>(
+    mut iso: IsoImage<R>,
+    entry: &IsoFile,
+    device: &str,
+    label: String,
+    archive_path: &str,
+    staging_parent: &Path,
+    policy: &Policy,
+) -> Result<Validated, Failure> {
     let name = format!("{device}:{archive_path}");
-    let reader = iso.open_file(&file).map_err(|e| {
-        Failure::new(
-            ReasonCode::IsoUnreadable,
-            format!("cannot read {name}: {e}"),
-        )
-        .with_source(e)
-    })?;
+    let reader = iso
+        .open_file(entry)
+        .map_err(|e| Failure::iso_unreadable(&name, e))?;
     let extracted = archive::extract(reader, &name, staging_parent, policy)?;
     Ok(Validated {
         kind: Kind::Iso { label },

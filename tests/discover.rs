@@ -99,9 +99,9 @@ fn finds_the_iso_that_was_there_from_the_start_among_other_discs() {
         dev: &n.dev,
     };
     let started = Instant::now();
-    let (device, label) = wait_for_iso(&wait, |_| {}).expect("found");
-    assert_eq!(device, n.dev.join("sr1"));
-    assert_eq!(label, "K8S_1_28_4");
+    let found = wait_for_iso(&wait, |_| {}).expect("found");
+    assert_eq!(found.device, n.dev.join("sr1"));
+    assert_eq!(found.label, "K8S_1_28_4");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the first scan should find it"

@@ -1,6 +1,13 @@
+use super::failure::hostname;
 use super::*;
+use crate::reason::{Failure, ReasonCode};
+use nix::unistd::{geteuid, User};
+use std::fs;
+use std::io;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::Duration;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
