@@ -45,6 +45,20 @@ pub enum ReasonCode {
     Interrupted,
     /// A bug or an unexpected condition in etcd-setup itself.
     InternalError,
+    /// `snapshot`: etcd could not be snapshotted, or the file not written or kept.
+    SnapshotFailed,
+    /// A snapshot file fails its check: its SHA-256 trailer or etcd's own status of it.
+    SnapshotCorrupt,
+    /// `restore`: the snapshot could not become this node's new one-member cluster.
+    RestoreFailed,
+    /// `maintain`: a defragmentation, compaction or disarm failed.
+    MaintainFailed,
+    /// A day-2 command found a member unhealthy or unreachable and did nothing.
+    ClusterUnhealthy,
+    /// etcd's NOSPACE alarm is active: the database reached its quota, writes fail.
+    EtcdNospace,
+    /// etcd's CORRUPT alarm is active: members' data differ.
+    EtcdCorrupt,
 }
 
 impl ReasonCode {
@@ -67,6 +81,13 @@ impl ReasonCode {
         ReasonCode::Locked,
         ReasonCode::Interrupted,
         ReasonCode::InternalError,
+        ReasonCode::SnapshotFailed,
+        ReasonCode::SnapshotCorrupt,
+        ReasonCode::RestoreFailed,
+        ReasonCode::MaintainFailed,
+        ReasonCode::ClusterUnhealthy,
+        ReasonCode::EtcdNospace,
+        ReasonCode::EtcdCorrupt,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -89,6 +110,13 @@ impl ReasonCode {
             ReasonCode::Locked => "locked",
             ReasonCode::Interrupted => "interrupted",
             ReasonCode::InternalError => "internal-error",
+            ReasonCode::SnapshotFailed => "snapshot-failed",
+            ReasonCode::SnapshotCorrupt => "snapshot-corrupt",
+            ReasonCode::RestoreFailed => "restore-failed",
+            ReasonCode::MaintainFailed => "maintain-failed",
+            ReasonCode::ClusterUnhealthy => "cluster-unhealthy",
+            ReasonCode::EtcdNospace => "etcd-nospace",
+            ReasonCode::EtcdCorrupt => "etcd-corrupt",
         }
     }
 }
