@@ -262,4 +262,56 @@ mod tests {
         );
         assert!(old.warnings[0].contains("20 h old"), "{:?}", old.warnings);
     }
+
+    /// A running member whose /health names NOSPACE, with its space.
+    struct Full;
+
+    impl crate::status::LiveView for Full {
+        fn etcd(&self) -> Result<crate::status::EtcdLive, String> {
+            Ok(crate::status::EtcdLive {
+                unit: crate::systemd::UnitState {
+                    load_state: "loaded".into(),
+                    active_state: "active".into(),
+                    sub_state: "running".into(),
+                    ..Default::default()
+                },
+                health: Health::Unhealthy(
+                    r#"HTTP 503: {"health":"false","reason":"ALARM NOSPACE"}"#.into(),
+                ),
+                version: None,
+            })
+        }
+
+        fn space(&self) -> Option<SpaceView> {
+            Some(SpaceView {
+                db_size: 17_000_000,
+                db_size_in_use: Some(14_000_000),
+                quota: 16_777_216,
+                quota_used_percent: 101,
+            })
+        }
+    }
+
+    #[test]
+    fn a_nospace_alarm_fails_the_verdict_with_its_own_code_and_shows_the_space() {
+        use crate::report::{Phase, State};
+        let mut state = State::begin(Phase::WaitingForIso);
+        state.enter(Phase::Running, SystemTime::now());
+        let loaded = crate::report::Loaded {
+            state: Some(state),
+            from: Some("/run/etcd-setup/state.json".into()),
+            notes: Vec::new(),
+        };
+        let a = crate::status::evaluate(
+            &loaded,
+            Path::new("/run/etcd-setup/state.json"),
+            &Full,
+            &|_| false,
+        );
+        assert_eq!(a.verdict, Verdict::Failed);
+        assert_eq!(a.reason.as_ref().unwrap().code, ReasonCode::EtcdNospace);
+        assert_eq!(a.alarms, ["NOSPACE"]);
+        assert_eq!(a.space.as_ref().unwrap().quota, 16_777_216);
+        assert_eq!(a.exit_code, crate::exit::status::FAILED);
+    }
 }
