@@ -61,7 +61,12 @@ fn main() {
     );
     let dir = tempfile::Builder::new()
         .prefix("upkeep-bench-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        // target/tmp: outside /tmp, which etcd's sandbox hides and config refuses.
+        .tempdir_in({
+            let t = bin().parent().unwrap().parent().unwrap().join("tmp");
+            std::fs::create_dir_all(&t).unwrap();
+            t
+        })
         .unwrap();
     let d = dir.path();
     let cfg = d.join("config.toml");
