@@ -194,6 +194,22 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
     let out = snapshot(&cfg, &state);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     let file = record(&state)["last"]["file"].as_str().unwrap().to_string();
+    // While etcd still serves, its data dir is not replaced.
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    let out = run(&[
+        "restore",
+        &file,
+        "--config",
+        cfg.to_str().unwrap(),
+        "--no-systemd",
+    ]);
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{se}");
+    assert!(
+        se.starts_with("restore-failed: etcd still serves at "),
+        "{se}"
+    );
+    std::fs::remove_dir(dir.path().join("data")).unwrap();
     // The cluster is lost.
     for i in 0..3 {
         c.kill(i);
@@ -416,6 +432,13 @@ fn three_maintains_at_once_defragment_one_member_at_a_time_the_leader_last() {
     let (so, se) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{se}");
     assert!(so.starts_with("nothing to defragment"), "{so}");
+    // A member down: nothing is done, with its own exit code.
+    let mut c = c;
+    c.kill(2);
+    let out = run(&["maintain", "--config", cfgs[0].to_str().unwrap()]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{so}{se}");
+    assert!(se.starts_with("cluster-unhealthy: member m3 at "), "{se}");
 }
 
 /// A small quota filled until NOSPACE: the status side reads the alarm from `/health`
