@@ -627,3 +627,62 @@ fn corruption_check_variables_start_every_release() {
         );
     }
 }
+
+/// `snapshot.prune = "move-aside"` keeps the pruned snapshot in `pruned/`; a copied
+/// `member/snap/db` (no SHA-256 trailer) is refused by restore, and restored with
+/// `--skip-hash-check`.
+#[test]
+fn pruned_snapshots_move_aside_and_a_copied_db_restores_with_skip_hash_check() {
+    let mut c = Cluster::start("3.5.16", 1, "tok-prune");
+    let dir = scratch();
+    let cfg = config(
+        &c,
+        0,
+        dir.path(),
+        &format!(
+            "[snapshot]\ndir = \"{}/snaps\"\nretain = 1\nprune = \"move-aside\"\n",
+            dir.path().display()
+        ),
+    );
+    let state = dir.path().join("state");
+    let client = c.client();
+    client.put("kept", "yes").unwrap();
+    assert_eq!(snapshot(&cfg, &state).status.code(), Some(0));
+    client.put("more", "yes").unwrap();
+    let out = snapshot(&cfg, &state);
+    let (so, _) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}");
+    assert!(so.contains("(moved to "), "{so}");
+    let snaps = dir.path().join("snaps");
+    assert_eq!(snapshots_in(&snaps).len(), 1);
+    assert_eq!(snapshots_in(&snaps.join("pruned")).len(), 1);
+
+    c.kill(0);
+    let db = dir.path().join("copied.db");
+    std::fs::copy(c.members[0].data_dir.join("member/snap/db"), &db).unwrap();
+    let restore = |extra: &[&str]| {
+        let mut args = vec![
+            "restore",
+            db.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--no-systemd",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let out = restore(&[]);
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{se}");
+    assert!(se.starts_with("snapshot-corrupt: "), "{se}");
+    assert!(se.contains("--skip-hash-check"), "{se}");
+    let out = restore(&["--skip-hash-check"]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    assert!(so.contains("there was no old data dir"), "{so}");
+    c.members[0].data_dir = dir.path().join("data");
+    let initial = c.initial_cluster_arg();
+    c.launch(0, &initial, "new");
+    c.await_ready(0);
+    assert_eq!(c.client().get("more").unwrap(), Some(b"yes".to_vec()));
+}
