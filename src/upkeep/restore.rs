@@ -9,7 +9,7 @@
 //!    node (`node.name`, its peer URL) as the only member, with the configured
 //!    `etcd.cluster_token`, so the others join with their configuration unchanged. (The
 //!    cluster ID is new all the same: it is derived from the one member.)
-//! 4. The new dir gets the old data dir's owner; the old data dir is moved aside to
+//! 4. The new dir gets the old data dir's owner (or user etcd's, without one); the old data dir is moved aside to
 //!    `<data_dir>.before-restore-<time>` (never deleted); the new one takes its place;
 //!    the parent folder is fsynced.
 //! 5. etcd is started ([`EtcdService::start`]) and must come up.
@@ -161,10 +161,21 @@ pub fn restore(
         .map_err(|e| Failure::io(&new, "cannot chmod", e))?;
 
     let old = fs::metadata(&s.data_dir).ok();
-    if let Some(m) = &old {
-        if m.uid() != nix::unistd::geteuid().as_raw() || m.gid() != nix::unistd::getegid().as_raw()
-        {
-            chown_tree(&new, m.uid(), m.gid())?;
+    // etcd runs as its own user: the restored files get the old data dir's owner, or,
+    // with no old data dir, that user's (when we are root and it exists).
+    let owner = match &old {
+        Some(m) => Some((m.uid(), m.gid())),
+        None if nix::unistd::geteuid().is_root() => {
+            nix::unistd::User::from_name(crate::unit::ETCD_USER)
+                .ok()
+                .flatten()
+                .map(|u| (u.uid.as_raw(), u.gid.as_raw()))
+        }
+        None => None,
+    };
+    if let Some((uid, gid)) = owner {
+        if uid != nix::unistd::geteuid().as_raw() || gid != nix::unistd::getegid().as_raw() {
+            chown_tree(&new, uid, gid)?;
         }
     }
     let moved_aside = match old {
