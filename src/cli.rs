@@ -38,6 +38,18 @@ pub enum Command {
     /// last member; --force passes the quorum guard.
     #[command(after_help = exit::LEAVE.help())]
     Leave(LeaveArgs),
+    /// Take a consistent snapshot of this member, verify it, keep the newest
+    /// snapshot.retain, and record the result for status.
+    #[command(after_help = exit::SNAPSHOT.help())]
+    Snapshot(SnapshotArgs),
+    /// Make a snapshot this node's new one-member cluster (etcd stopped, the old data dir
+    /// moved aside, etcd started); the other nodes then join it.
+    #[command(after_help = exit::RESTORE.help())]
+    Restore(RestoreArgs),
+    /// Defragment the members that need it, one at a time and the leader last, under a
+    /// lock in etcd; recover from the NOSPACE alarm.
+    #[command(after_help = exit::MAINTAIN.help())]
+    Maintain(MaintainArgs),
     /// The server behind the status socket, started by etcd-setup-status.socket; takes
     /// the socket from systemd (LISTEN_FDS) or binds --socket, exits when idle.
     #[command(hide = true)]
@@ -90,6 +102,42 @@ pub struct LeaveArgs {
     /// State folders.
     #[command(flatten)]
     pub dirs: StateDirs,
+}
+
+/// `etcd-setup snapshot`.
+#[derive(clap::Args, Debug)]
+pub struct SnapshotArgs {
+    /// The node's configuration (TOML).
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// State folders (the result is recorded in the persistent one).
+    #[command(flatten)]
+    pub dirs: StateDirs,
+}
+
+/// `etcd-setup restore`.
+#[derive(clap::Args, Debug)]
+pub struct RestoreArgs {
+    /// The snapshot file (written by `etcd-setup snapshot` or `etcdctl snapshot save`).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The node's configuration (TOML).
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Restore a file without etcd's SHA-256 trailer (a copied member/snap/db).
+    #[arg(long)]
+    pub skip_hash_check: bool,
+    /// Do not stop and start etcd.service: the caller does (tests, manual recovery).
+    #[arg(long, hide = true)]
+    pub no_systemd: bool,
+}
+
+/// `etcd-setup maintain`.
+#[derive(clap::Args, Debug)]
+pub struct MaintainArgs {
+    /// The node's configuration (TOML).
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
+    pub config: PathBuf,
 }
 
 /// `etcd-setup check`.

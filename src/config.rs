@@ -29,9 +29,13 @@ use toml::Value;
 
 mod cluster;
 mod raw;
+mod upkeep;
 mod values;
 
 use raw::{read_text, scan_report_section, toml_failure, RawFile};
+pub use upkeep::{
+    MaintainSettings, Prune, SnapshotSettings, Upkeep, DEFAULT_QUOTA, DEFAULT_SNAPSHOT_DIR,
+};
 use values::Checker;
 pub use values::{parse_duration, parse_sha256, parse_size, scheme, url_host};
 
@@ -151,6 +155,8 @@ pub struct Settings {
     pub tls: Tls,
     /// `[limits]`: caps on the tarball.
     pub limits: archive::Limits,
+    /// Day 2: the quota, the Prometheus listener, `[snapshot]` and `[maintain]`.
+    pub upkeep: Upkeep,
 }
 
 impl Settings {

@@ -62,6 +62,20 @@ pub mod status {
     pub const LEFT: u8 = 7;
 }
 
+/// Exit codes of `etcd-setup snapshot`, `restore` and `maintain`.
+pub mod upkeep {
+    /// Done (or, for `maintain`, nothing needed doing).
+    pub const OK: u8 = 0;
+    /// Failed; the reason line is printed (`code: sentence`).
+    pub const FAILED: u8 = 1;
+    /// The configuration file is missing or invalid (`config-invalid`).
+    pub const CONFIG: u8 = 3;
+    /// A member is unhealthy or unreachable: nothing was done (`cluster-unhealthy`).
+    pub const UNHEALTHY: u8 = 4;
+    /// Another node's maintenance held the cluster lock past `maintain.lock_wait`.
+    pub const LOCKED: u8 = 5;
+}
+
 /// Exit codes of the hidden `etcd-setup serve-status` (systemd reads them, not people).
 pub mod serve {
     /// Served until idle.
@@ -188,8 +202,76 @@ pub const STATUS: Table = Table {
     ],
 };
 
+/// `etcd-setup snapshot`.
+pub const SNAPSHOT: Table = Table {
+    command: "snapshot",
+    codes: &[
+        code(
+            upkeep::OK,
+            "a snapshot was written, verified and recorded; its file is printed",
+        ),
+        code(
+            upkeep::FAILED,
+            "no snapshot was kept (snapshot-failed, snapshot-corrupt, disk-full); the reason is printed and recorded for status",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(
+            upkeep::CONFIG,
+            "the configuration file is missing or invalid (config-invalid)",
+        ),
+    ],
+};
+
+/// `etcd-setup restore`.
+pub const RESTORE: Table = Table {
+    command: "restore",
+    codes: &[
+        code(
+            upkeep::OK,
+            "this node runs a new one-member cluster from the snapshot; the old data dir is printed",
+        ),
+        code(
+            upkeep::FAILED,
+            "not restored (snapshot-corrupt, restore-failed, systemd-failed, disk-full); the reason is printed",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(
+            upkeep::CONFIG,
+            "the configuration file is missing or invalid (config-invalid)",
+        ),
+    ],
+};
+
+/// `etcd-setup maintain`.
+pub const MAINTAIN: Table = Table {
+    command: "maintain",
+    codes: &[
+        code(
+            upkeep::OK,
+            "every member needing it was defragmented and a NOSPACE alarm recovered, or nothing needed doing",
+        ),
+        code(
+            upkeep::FAILED,
+            "a step failed (maintain-failed, or etcd-nospace when space did not come back); the reason is printed",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(
+            upkeep::CONFIG,
+            "the configuration file is missing or invalid (config-invalid)",
+        ),
+        code(
+            upkeep::UNHEALTHY,
+            "a member is unhealthy or unreachable, so nothing was done (cluster-unhealthy)",
+        ),
+        code(
+            upkeep::LOCKED,
+            "another node's maintenance held the lock past maintain.lock_wait (locked)",
+        ),
+    ],
+};
+
 /// Every command's table, in the README's order.
-pub const ALL: &[Table] = &[RUN, CHECK, STATUS, LEAVE];
+pub const ALL: &[Table] = &[RUN, CHECK, STATUS, LEAVE, SNAPSHOT, RESTORE, MAINTAIN];
 
 impl Table {
     /// The `--help` epilogue: `Exit codes of `run`:` and one line per code.

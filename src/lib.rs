@@ -28,6 +28,7 @@ pub mod source;
 pub mod status;
 pub mod systemd;
 pub mod unit;
+pub mod upkeep;
 
 /// The agent's version with the git commit it was built from, e.g. `0.1.0 (3f2a9c1d0e4b)`.
 pub const VERSION: &str = concat!(

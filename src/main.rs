@@ -11,6 +11,9 @@ fn main() -> ExitCode {
         Command::Check(args) => etcd_setup::check::command(&args),
         Command::Status(args) => etcd_setup::status::command(&args),
         Command::Leave(args) => etcd_setup::leave::command(&args),
+        Command::Snapshot(args) => etcd_setup::upkeep::snapshot::command(&args),
+        Command::Restore(args) => etcd_setup::upkeep::restore::command(&args),
+        Command::Maintain(args) => etcd_setup::upkeep::maintain::command(&args),
         Command::ServeStatus(args) => etcd_setup::status::server::command(&args),
     };
     ExitCode::from(code)

@@ -62,6 +62,20 @@ pub enum ReasonCode {
     /// `status` found a state file it cannot read (corrupt, a link, a FIFO, a later
     /// schema): what the run did is unknown. Never written by `run`.
     StateUnreadable,
+    /// `snapshot`: etcd could not be snapshotted, or the file not written or kept.
+    SnapshotFailed,
+    /// A snapshot file fails its check: its SHA-256 trailer or etcd's own status of it.
+    SnapshotCorrupt,
+    /// `restore`: the snapshot could not become this node's new one-member cluster.
+    RestoreFailed,
+    /// `maintain`: a defragmentation, compaction or disarm failed.
+    MaintainFailed,
+    /// A day-2 command found a member unhealthy or unreachable and did nothing.
+    ClusterUnhealthy,
+    /// etcd's NOSPACE alarm is active: the database reached its quota, writes fail.
+    EtcdNospace,
+    /// etcd's CORRUPT alarm is active: members' data differ.
+    EtcdCorrupt,
 }
 
 impl ReasonCode {
@@ -91,6 +105,13 @@ impl ReasonCode {
         ReasonCode::Interrupted,
         ReasonCode::InternalError,
         ReasonCode::StateUnreadable,
+        ReasonCode::SnapshotFailed,
+        ReasonCode::SnapshotCorrupt,
+        ReasonCode::RestoreFailed,
+        ReasonCode::MaintainFailed,
+        ReasonCode::ClusterUnhealthy,
+        ReasonCode::EtcdNospace,
+        ReasonCode::EtcdCorrupt,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -120,6 +141,13 @@ impl ReasonCode {
             ReasonCode::Interrupted => "interrupted",
             ReasonCode::InternalError => "internal-error",
             ReasonCode::StateUnreadable => "state-unreadable",
+            ReasonCode::SnapshotFailed => "snapshot-failed",
+            ReasonCode::SnapshotCorrupt => "snapshot-corrupt",
+            ReasonCode::RestoreFailed => "restore-failed",
+            ReasonCode::MaintainFailed => "maintain-failed",
+            ReasonCode::ClusterUnhealthy => "cluster-unhealthy",
+            ReasonCode::EtcdNospace => "etcd-nospace",
+            ReasonCode::EtcdCorrupt => "etcd-corrupt",
         }
     }
 }

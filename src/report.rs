@@ -23,12 +23,17 @@ mod failure;
 mod reporter;
 mod state;
 mod time;
+mod upkeep;
 
 pub use atomic::atomic_write;
 pub use failure::{clear_failure, write_failure};
 pub use reporter::{Reporter, SharedReporter};
 pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable};
 pub use time::rfc3339;
+pub use upkeep::{
+    read_snapshot_record, record_snapshot, record_snapshot_failure, snapshot_record_path,
+    SnapshotFailure, SnapshotRecord, SnapshotTaken, SNAPSHOT_RECORD,
+};
 
 /// The live state folder, emptied at every boot.
 pub const RUN_DIR: &str = "/run/etcd-setup";

@@ -177,7 +177,24 @@ pub fn render_env(s: &Settings, membership: &Membership) -> String {
         // certificates.
         (
             "ETCD_LISTEN_METRICS_URLS",
-            format!("http://127.0.0.1:{}", s.metrics_port),
+            match s.upkeep.prometheus_port {
+                None => format!("http://127.0.0.1:{}", s.metrics_port),
+                // Prometheus scrapes /metrics on the node IP; still plain http.
+                Some(p) => format!("http://127.0.0.1:{},http://{host}:{p}", s.metrics_port),
+            },
+        ),
+        // The quota written out, etcd's default included: NOSPACE comes at a known size.
+        (
+            "ETCD_QUOTA_BACKEND_BYTES",
+            s.upkeep.quota_backend_bytes.to_string(),
+        ),
+        // Corruption checks: before serving (3.4 and 3.5) and after every compaction
+        // (3.5.5 and later; 3.4.23 and 3.5.1 log "unrecognized environment variable"
+        // and start as usual; tests/upkeep.rs starts each with these lines).
+        ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true".into()),
+        (
+            "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED",
+            "true".into(),
         ),
     ];
     let tls = [
@@ -461,7 +478,27 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
                 "ETCD_LISTEN_PEER_URLS=\"http://10.1.1.11:2380\"",
                 "ETCD_INITIAL_ADVERTISE_PEER_URLS=\"http://10.1.1.11:2380\"",
                 "ETCD_LISTEN_METRICS_URLS=\"http://127.0.0.1:2381\"",
+                "ETCD_QUOTA_BACKEND_BYTES=\"2147483648\"",
+                "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=\"true\"",
+                "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED=\"true\"",
             ]
+        );
+    }
+
+    #[test]
+    fn env_sets_the_configured_quota_and_a_prometheus_listener_on_the_node_ip() {
+        let s = params_and("[etcd]\nquota_backend_bytes = \"32MiB\"\nprometheus_port = 9379\n");
+        let env = env_of(&s);
+        assert!(
+            env.lines()
+                .any(|l| l == "ETCD_QUOTA_BACKEND_BYTES=\"33554432\""),
+            "{env}"
+        );
+        assert!(
+            env.lines()
+                .any(|l| l
+                    == "ETCD_LISTEN_METRICS_URLS=\"http://127.0.0.1:2381,http://10.1.1.11:9379\""),
+            "{env}"
         );
     }
 

@@ -209,6 +209,12 @@ impl Checker<'_> {
                 return Err(self.err(b, format_args!("{pa} is also {a}; each port is distinct")));
             }
         }
+        let upkeep = self.upkeep(
+            (etcd.quota_backend_bytes, etcd.prometheus_port),
+            raw.snapshot.unwrap_or_default(),
+            raw.maintain.unwrap_or_default(),
+            &ports,
+        )?;
         let start_timeout = self.duration(
             "etcd.start_timeout",
             etcd.start_timeout,
@@ -347,6 +353,7 @@ impl Checker<'_> {
             status_group,
             tls,
             limits,
+            upkeep,
         })
     }
 

@@ -166,6 +166,8 @@ pub(super) struct RawFile {
     pub(super) report: Option<RawReport>,
     pub(super) tls: Option<RawTls>,
     pub(super) limits: Option<RawLimits>,
+    pub(super) snapshot: Option<RawSnapshot>,
+    pub(super) maintain: Option<RawMaintain>,
 }
 
 #[derive(Deserialize, Default)]
@@ -187,6 +189,8 @@ pub(super) struct RawEtcd {
     pub(super) metrics_port: Option<Value>,
     pub(super) start_timeout: Option<Value>,
     pub(super) settle: Option<Value>,
+    pub(super) quota_backend_bytes: Option<Value>,
+    pub(super) prometheus_port: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -230,4 +234,24 @@ pub(super) struct RawLimits {
     pub(super) max_file_size: Option<Value>,
     pub(super) max_total_size: Option<Value>,
     pub(super) max_ratio: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSnapshot {
+    pub(super) dir: Option<Value>,
+    pub(super) copy_dir: Option<Value>,
+    pub(super) retain: Option<Value>,
+    pub(super) prune: Option<Value>,
+    pub(super) timeout: Option<Value>,
+    pub(super) stale_after: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMaintain {
+    pub(super) min_db_size: Option<Value>,
+    pub(super) min_fragmented_percent: Option<Value>,
+    pub(super) defrag_timeout: Option<Value>,
+    pub(super) lock_wait: Option<Value>,
 }

@@ -99,6 +99,24 @@ fn the_documented_example_parses_to_its_typed_values() {
             }),
         },
         limits: archive::Limits::default(),
+        upkeep: Upkeep {
+            quota_backend_bytes: 2 << 30,
+            prometheus_port: Some(2382),
+            snapshot: SnapshotSettings {
+                dir: "/var/lib/etcd-setup/snapshots".into(),
+                copy_dir: Some("/mnt/etcd-backup".into()),
+                retain: 5,
+                prune: Prune::Delete,
+                timeout: Duration::from_secs(600),
+                stale_after: Duration::from_secs(13 * 3600),
+            },
+            maintain: MaintainSettings {
+                min_db_size: 100 << 20,
+                min_fragmented_percent: 50,
+                defrag_timeout: Duration::from_secs(600),
+                lock_wait: Duration::from_secs(1800),
+            },
+        },
     };
     assert_eq!(s, expected);
     assert_eq!(
@@ -114,7 +132,10 @@ fn the_documented_example_parses_to_its_typed_values() {
         env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
         "https://10.1.1.11:2380"
     );
-    assert_eq!(env(&s, "ETCD_LISTEN_METRICS_URLS"), "http://127.0.0.1:2381");
+    assert_eq!(
+        env(&s, "ETCD_LISTEN_METRICS_URLS"),
+        "http://127.0.0.1:2381,http://10.1.1.11:2382"
+    );
     assert_eq!(
         env(&s, "ETCD_INITIAL_CLUSTER"),
         "etcd-1=https://10.1.1.11:2380,etcd-2=https://10.1.1.12:2380,etcd-3=https://10.1.1.13:2380"
@@ -670,4 +691,33 @@ fn duration_and_size_syntax() {
     for bad in ["", "MiB", "1MB", "1.5GiB", "18446744073709551615GiB"] {
         assert_eq!(parse_size(bad), None, "{bad:?}");
     }
+}
+
+#[test]
+fn day_two_keys_are_checked_and_named() {
+    for (text, key) in [
+        (
+            etcd("quota_backend_bytes = \"16GiB\""),
+            "etcd.quota_backend_bytes",
+        ),
+        (etcd("prometheus_port = 2379"), "etcd.prometheus_port"),
+        (table("snapshot", "prune = \"shred\""), "snapshot.prune"),
+        (table("snapshot", "retain = 0"), "snapshot.retain"),
+        (
+            table("snapshot", "dir = \"/srv/s\"\ncopy_dir = \"/srv/s\""),
+            "snapshot.copy_dir",
+        ),
+        (
+            table("maintain", "min_fragmented_percent = 100"),
+            "maintain.min_fragmented_percent",
+        ),
+    ] {
+        let f = parse_text(&text).unwrap_err();
+        assert_eq!(f.code, ReasonCode::ConfigInvalid);
+        assert!(f.message.contains(key), "{key}: {}", f.message);
+    }
+    let s = parse_text(BASE).unwrap();
+    assert_eq!(s.upkeep.quota_backend_bytes, 2 << 30);
+    assert_eq!(s.upkeep.prometheus_port, None);
+    assert_eq!(env(&s, "ETCD_QUOTA_BACKEND_BYTES"), "2147483648");
 }

@@ -1,5 +1,6 @@
 //! etcd's live view: etcd.service over D-Bus and its health endpoint, asked when an answer is built.
 
+use super::protocol::SpaceView;
 use crate::health::{self, Health};
 use crate::systemd::{Systemd, UnitState};
 use crate::unit::ETCD_UNIT;
@@ -26,6 +27,11 @@ pub struct EtcdLive {
 pub trait LiveView: Send + Sync {
     /// etcd's state now, or why it cannot be read.
     fn etcd(&self) -> Result<EtcdLive, String>;
+
+    /// etcd's database size, size in use and quota now, when it says.
+    fn space(&self) -> Option<SpaceView> {
+        None
+    }
 }
 
 /// The live view on a node: `etcd.service` over D-Bus (one connection, kept) and
@@ -36,6 +42,7 @@ pub struct SystemLive {
     systemd: Mutex<Option<Systemd>>,
     cache: Mutex<Option<(Instant, Result<EtcdLive, String>)>>,
     pub(super) version: Mutex<Option<VersionSeen>>,
+    space: Mutex<Option<(Instant, Option<SpaceView>)>>,
 }
 
 /// The running etcd's version, read once per etcd process: it cannot change without a
@@ -68,6 +75,7 @@ impl SystemLive {
             systemd: Mutex::new(None),
             cache: Mutex::new(None),
             version: Mutex::new(None),
+            space: Mutex::new(None),
         }
     }
 
@@ -128,6 +136,18 @@ impl SystemLive {
 }
 
 impl LiveView for SystemLive {
+    fn space(&self) -> Option<SpaceView> {
+        let mut cache = self.space.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, seen)) = cache.as_ref() {
+            if at.elapsed() < Self::TTL {
+                return seen.clone();
+            }
+        }
+        let seen = super::upkeep::read_space(self.metrics, Duration::from_secs(1)).ok();
+        *cache = Some((Instant::now(), seen.clone()));
+        seen
+    }
+
     fn etcd(&self) -> Result<EtcdLive, String> {
         // One look at a time; the others reuse it.
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,7 +1,7 @@
 //! The protocol's messages: the request, the answer (JSON schema 1) and error replies.
 
 use crate::exit::status as exit;
-use crate::report::{Phase, PhaseStamp, Reason};
+use crate::report::{Phase, PhaseStamp, Reason, SnapshotFailure, SnapshotTaken};
 use serde::{Deserialize, Serialize};
 
 /// A request: one line of JSON.
@@ -146,6 +146,44 @@ pub struct Answer {
     /// naming the file; absent when there is nothing to say.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// etcd's database size, size in use and quota (its `/metrics`); `null` when etcd
+    /// is not active or does not say.
+    #[serde(default)]
+    pub space: Option<SpaceView>,
+    /// etcd's active alarms as its `/health` names them: `NOSPACE`, `CORRUPT`.
+    #[serde(default)]
+    pub alarms: Vec<String>,
+    /// The last snapshot and the last snapshot failure (`snapshot.json`); `null` before
+    /// the first `etcd-setup snapshot`.
+    #[serde(default)]
+    pub snapshot: Option<SnapshotView>,
+    /// What is not a failure but wants attention: a stale or failed snapshot, ...
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// etcd's space, from its `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceView {
+    /// `etcd_mvcc_db_total_size_in_bytes`: the database file's size.
+    pub db_size: u64,
+    /// `etcd_mvcc_db_total_size_in_use_in_bytes`: the part of it in use.
+    pub db_size_in_use: Option<u64>,
+    /// `etcd_server_quota_backend_bytes`: the quota (NOSPACE beyond it).
+    pub quota: u64,
+    /// `db_size` as a percentage of `quota`.
+    pub quota_used_percent: u64,
+}
+
+/// The last snapshot, as `etcd-setup snapshot` recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotView {
+    /// The last good snapshot (time, revision, size, file, ...).
+    pub last: Option<SnapshotTaken>,
+    /// The last failure, when it came after the last good snapshot.
+    pub failure: Option<SnapshotFailure>,
+    /// Whether the last good snapshot is older than `snapshot.stale_after` (or missing).
+    pub stale: bool,
 }
 
 /// An error reply's body.

@@ -136,6 +136,27 @@ fn raw_long(a: &Answer) -> String {
             phases.join(", ")
         }
     ));
+    if let Some(sp) = &a.space {
+        out.push_str(&format!(
+            "space:    db {} bytes, {} in use, quota {} ({}% used)\n",
+            sp.db_size,
+            sp.db_size_in_use.map_or("?".to_string(), |u| u.to_string()),
+            sp.quota,
+            sp.quota_used_percent
+        ));
+    }
+    if !a.alarms.is_empty() {
+        out.push_str(&format!("alarms:   {}\n", a.alarms.join(", ")));
+    }
+    if let Some(l) = a.snapshot.as_ref().and_then(|v| v.last.as_ref()) {
+        out.push_str(&format!(
+            "snapshot: {} revision {} size {} {}\n",
+            l.time, l.revision, l.size, l.file
+        ));
+    }
+    for w in &a.warnings {
+        out.push_str(&format!("warning:  {w}\n"));
+    }
     out.push_str(&format!("updated:  {}\n", or_dash(&a.updated_at)));
     out
 }

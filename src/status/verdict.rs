@@ -88,6 +88,10 @@ pub fn evaluate_at(
             updated_at: None,
             state_file: Some(bad.file.display().to_string()),
             notes: loaded.notes.clone(),
+            space: None,
+            alarms: Vec::new(),
+            snapshot: None,
+            warnings: Vec::new(),
         };
     }
     let Some(state) = &loaded.state else {
@@ -112,6 +116,10 @@ pub fn evaluate_at(
             updated_at: None,
             state_file: None,
             notes: loaded.notes.clone(),
+            space: None,
+            alarms: Vec::new(),
+            snapshot: None,
+            warnings: Vec::new(),
         };
     };
     let this_boot = loaded.from.as_deref() == Some(live_copy);
@@ -137,6 +145,14 @@ pub fn evaluate_at(
         .filter(|_| e.unit.load_state != "not-found"),
         _ => None,
     };
+    let (space, alarms) = match &etcd {
+        Some(Ok(e)) if e.unit.is_active() => {
+            let space = live.space();
+            let alarms = super::upkeep::alarms_in(&e.health, space.as_ref());
+            (space, alarms)
+        }
+        _ => (None, Vec::new()),
+    };
     let verdict = match state.phase {
         Phase::NotStarted => Verdict::NotStarted,
         Phase::Failed => Verdict::Failed,
@@ -145,10 +161,13 @@ pub fn evaluate_at(
             Some(Ok(e)) => match etcd_trouble(e, state, now) {
                 None => Verdict::Running,
                 Some(message) => {
-                    reason = Some(Reason {
-                        code: ReasonCode::EtcdUnhealthy,
-                        message,
-                    });
+                    // An alarm is the cause an operator acts on, with its own code.
+                    reason = Some(
+                        super::upkeep::alarm_reason(&alarms, space.as_ref()).unwrap_or(Reason {
+                            code: ReasonCode::EtcdUnhealthy,
+                            message,
+                        }),
+                    );
                     Verdict::Failed
                 }
             },
@@ -202,6 +221,10 @@ pub fn evaluate_at(
         updated_at: Some(state.updated_at.clone()),
         state_file: loaded.from.as_ref().map(|p| p.display().to_string()),
         notes: loaded.notes.clone(),
+        space,
+        alarms,
+        snapshot: None,
+        warnings: Vec::new(),
     }
 }
 

@@ -82,6 +82,11 @@ pub(super) fn evaluator(
     wake: UnixStream,
 ) {
     let live_copy = store.run_path();
+    let persist_dir = store
+        .persist_path()
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
     // The parsed state, and the watch generation it was read under.
     let mut parsed: Option<(u64, Loaded)> = None;
     loop {
@@ -106,7 +111,12 @@ pub(super) fn evaluator(
                 Some((seen, loaded)) if reliable && seen == generation => loaded,
                 _ => store.load_detailed(),
             };
-            let answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
+            let mut answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
+            crate::status::upkeep::annotate(
+                &mut answer,
+                &persist_dir,
+                std::time::SystemTime::now(),
+            );
             // Reused only when it came from the live copy, the one file the watch sees;
             // the persistent copy (read when the live one is missing) and a copy that
             // cannot be read are read again each time.

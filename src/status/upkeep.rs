@@ -1,0 +1,318 @@
+//! The day-2 part of an answer: etcd's space (database size, size in use, quota) from
+//! `/metrics` on the loopback metrics listener, its active alarms from `/health`, and the
+//! last snapshot from `snapshot.json`.
+//!
+//! Bounded cost: `/metrics` is one local HTTP read (about 150 KiB) per
+//! [`super::SystemLive::TTL`] at most, never an etcdctl process; `/health` is asked
+//! anyway and names the alarms (`{"health":"false","reason":"ALARM NOSPACE"}` in 3.5;
+//! 3.4 says only `false`, see [`alarms_in`]).
+
+use super::protocol::{Answer, SnapshotView, SpaceView, Verdict};
+use crate::health::Health;
+use crate::reason::ReasonCode;
+use crate::report::{read_snapshot_record, Reason};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// The metric of the database file's size.
+pub const DB_SIZE: &str = "etcd_mvcc_db_total_size_in_bytes";
+/// The metric of the part of it in use.
+pub const DB_IN_USE: &str = "etcd_mvcc_db_total_size_in_use_in_bytes";
+/// The metric of the quota.
+pub const QUOTA: &str = "etcd_server_quota_backend_bytes";
+
+/// The value of an unlabelled gauge line `NAME VALUE` (Go writes `1.6384e+07`).
+fn gauge(line: &str, name: &str) -> Option<u64> {
+    let rest = line.strip_prefix(name)?.strip_prefix(' ')?;
+    let v: f64 = rest.trim().parse().ok()?;
+    (v.is_finite() && v >= 0.0).then_some(v as u64)
+}
+
+/// Reads the three space metrics from an HTTP reply to `GET /metrics`.
+pub fn parse_space(reader: impl BufRead) -> Result<SpaceView, String> {
+    let (mut size, mut in_use, mut quota) = (None, None, None);
+    for line in reader.split(b'\n') {
+        let line = line.map_err(|e| e.to_string())?;
+        let line = String::from_utf8_lossy(&line);
+        size = size.or_else(|| gauge(&line, DB_SIZE));
+        in_use = in_use.or_else(|| gauge(&line, DB_IN_USE));
+        quota = quota.or_else(|| gauge(&line, QUOTA));
+        if size.is_some() && in_use.is_some() && quota.is_some() {
+            break;
+        }
+    }
+    let db_size = size.ok_or_else(|| format!("no {DB_SIZE} in /metrics"))?;
+    let quota = quota.ok_or_else(|| format!("no {QUOTA} in /metrics"))?;
+    Ok(SpaceView {
+        db_size,
+        db_size_in_use: in_use,
+        quota,
+        quota_used_percent: db_size.saturating_mul(100) / quota.max(1),
+    })
+}
+
+/// etcd's space from `GET /metrics` at `addr`, within `deadline` for each step.
+pub fn read_space(addr: SocketAddr, deadline: Duration) -> Result<SpaceView, String> {
+    let failed = |e: std::io::Error| format!("{addr}/metrics: {e}");
+    let mut stream = TcpStream::connect_timeout(&addr, deadline).map_err(failed)?;
+    stream.set_read_timeout(Some(deadline)).map_err(failed)?;
+    stream.set_write_timeout(Some(deadline)).map_err(failed)?;
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).map_err(failed)?;
+    let reader = BufReader::new(stream.take(crate::health::MAX_METRICS));
+    parse_space(reader).map_err(|e| format!("{addr}/metrics: {e}"))
+}
+
+/// The alarms `/health` names (3.5: `"reason":"ALARM NOSPACE"`). etcd 3.4 says only
+/// `{"health":"false"}`: then NOSPACE is inferred when the database is within
+/// [`NOSPACE_NEAR`] percent of its quota (3.4 raises the alarm when a write would pass it,
+/// so the file may stay just below); 3.4's CORRUPT stays a plain `etcd-unhealthy`.
+pub fn alarms_in(health: &Health, space: Option<&SpaceView>) -> Vec<String> {
+    let Health::Unhealthy(body) = health else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    for kind in ["NOSPACE", "CORRUPT"] {
+        if body.contains(kind) {
+            v.push(kind.to_string());
+        }
+    }
+    let names_none = !body.contains("reason");
+    if v.is_empty() && names_none && space.is_some_and(|s| s.quota_used_percent >= NOSPACE_NEAR) {
+        v.push("NOSPACE".to_string());
+    }
+    v
+}
+
+/// How full, in percent of the quota, an unhealthy 3.4 member's database must be for
+/// its unnamed alarm to be read as NOSPACE.
+pub const NOSPACE_NEAR: u64 = 95;
+
+/// The failed verdict's reason for active `alarms`, if one of them is NOSPACE or CORRUPT.
+pub fn alarm_reason(alarms: &[String], space: Option<&SpaceView>) -> Option<Reason> {
+    if alarms.iter().any(|a| a == "CORRUPT") {
+        return Some(Reason {
+            code: ReasonCode::EtcdCorrupt,
+            message: "etcd raised the CORRUPT alarm: a member's data differ from the \
+                      others'; replace that member (see `etcdctl alarm list`)"
+                .into(),
+        });
+    }
+    if alarms.iter().any(|a| a == "NOSPACE") {
+        let size = space.map_or(String::new(), |s| {
+            format!(" ({} of {} bytes)", s.db_size, s.quota)
+        });
+        return Some(Reason {
+            code: ReasonCode::EtcdNospace,
+            message: format!(
+                "etcd raised the NOSPACE alarm: its database reached the quota{size} and it \
+                 takes no writes; delete keys, then run `etcd-setup maintain`"
+            ),
+        });
+    }
+    None
+}
+
+/// Adds the last snapshot from `snapshot.json` in `persist_dir` to `answer`, and a
+/// warning when it is stale or failed; a record that cannot be read is a warning too.
+pub fn annotate(answer: &mut Answer, persist_dir: &Path, now: SystemTime) {
+    let record = match read_snapshot_record(persist_dir) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            if answer.verdict == Verdict::Running {
+                answer
+                    .warnings
+                    .push("no snapshot recorded yet (etcd-setup-snapshot.timer)".into());
+            }
+            return;
+        }
+        Err(e) => {
+            answer.warnings.push(format!(
+                "{}: unreadable: {e}",
+                crate::report::snapshot_record_path(persist_dir).display()
+            ));
+            return;
+        }
+    };
+    let stale_after = Duration::from_secs(record.stale_after_s.unwrap_or(13 * 3600));
+    let age = record.last.as_ref().and_then(|l| {
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(l.unix_time);
+        now.duration_since(t).ok()
+    });
+    let stale = match age {
+        Some(a) => a > stale_after,
+        None => true,
+    };
+    if let Some(f) = &record.failure {
+        answer.warnings.push(format!(
+            "the last snapshot failed at {}: {}: {}",
+            f.time, f.code, f.message
+        ));
+    }
+    if stale {
+        answer.warnings.push(match (&record.last, age) {
+            (Some(l), Some(a)) => format!(
+                "the last good snapshot is {} h old (taken {}; stale after {} h)",
+                a.as_secs() / 3600,
+                l.time,
+                stale_after.as_secs() / 3600
+            ),
+            _ => "no good snapshot recorded".into(),
+        });
+    }
+    answer.snapshot = Some(SnapshotView {
+        last: record.last,
+        failure: record.failure,
+        stale,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{record_snapshot, SnapshotTaken};
+
+    #[test]
+    fn reads_the_three_space_gauges_from_metrics() {
+        let reply = "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n\
+            # HELP etcd_mvcc_db_total_size_in_bytes Total size\n\
+            etcd_mvcc_db_total_size_in_bytes 1.6973824e+07\n\
+            etcd_mvcc_db_total_size_in_use_in_bytes 1.3766656e+07\n\
+            etcd_server_quota_backend_bytes 1.6777216e+07\n";
+        let s = parse_space(reply.as_bytes()).unwrap();
+        assert_eq!(
+            s,
+            SpaceView {
+                db_size: 16_973_824,
+                db_size_in_use: Some(13_766_656),
+                quota: 16_777_216,
+                quota_used_percent: 101,
+            }
+        );
+        let e = parse_space("HTTP/1.0 200 OK\r\n\r\nfoo 1\n".as_bytes()).unwrap_err();
+        assert!(e.contains(DB_SIZE), "{e}");
+    }
+
+    #[test]
+    fn alarms_come_from_health_named_or_inferred_on_3_4() {
+        let full = SpaceView {
+            db_size: 16_695_296,
+            db_size_in_use: None,
+            quota: 16_777_216,
+            quota_used_percent: 99,
+        };
+        let named =
+            Health::Unhealthy(r#"HTTP 503: {"health":"false","reason":"ALARM NOSPACE"}"#.into());
+        assert_eq!(alarms_in(&named, None), ["NOSPACE"]);
+        let bare = Health::Unhealthy(r#"HTTP 503: {"health":"false"}"#.into());
+        assert_eq!(alarms_in(&bare, Some(&full)), ["NOSPACE"]);
+        let roomy = SpaceView {
+            quota_used_percent: 40,
+            ..full.clone()
+        };
+        assert!(alarms_in(&bare, Some(&roomy)).is_empty());
+        assert!(alarms_in(&Health::Healthy, Some(&full)).is_empty());
+        let r = alarm_reason(&["NOSPACE".into()], Some(&full)).unwrap();
+        assert_eq!(r.code, ReasonCode::EtcdNospace);
+        assert!(r.message.contains("etcd-setup maintain"), "{}", r.message);
+        let r = alarm_reason(&["NOSPACE".into(), "CORRUPT".into()], None).unwrap();
+        assert_eq!(r.code, ReasonCode::EtcdCorrupt);
+    }
+
+    fn answer() -> Answer {
+        let live = crate::status::live::FileLive("/nonexistent".into());
+        let loaded = crate::report::Loaded::default();
+        crate::status::evaluate(&loaded, Path::new("/run/x"), &live, &|_| false)
+    }
+
+    #[test]
+    fn a_stale_snapshot_is_a_warning_with_its_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let taken_at = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let taken = SnapshotTaken {
+            time: crate::report::rfc3339(taken_at),
+            unix_time: 1_800_000_000,
+            revision: 42,
+            size: 20512,
+            file: "/var/lib/etcd-setup/snapshots/x.db".into(),
+            copy: None,
+            hash: 1,
+            total_keys: 7,
+        };
+        record_snapshot(dir.path(), taken, Duration::from_secs(13 * 3600)).unwrap();
+        let mut fresh = answer();
+        annotate(&mut fresh, dir.path(), taken_at + Duration::from_secs(3600));
+        assert!(!fresh.snapshot.as_ref().unwrap().stale);
+        assert!(fresh.warnings.is_empty(), "{:?}", fresh.warnings);
+        let mut old = answer();
+        annotate(
+            &mut old,
+            dir.path(),
+            taken_at + Duration::from_secs(20 * 3600),
+        );
+        let v = old.snapshot.as_ref().unwrap();
+        assert!(v.stale);
+        assert_eq!(v.last.as_ref().unwrap().revision, 42);
+        assert_eq!(
+            old.verdict,
+            answer().verdict,
+            "a warning changes no verdict"
+        );
+        assert!(old.warnings[0].contains("20 h old"), "{:?}", old.warnings);
+    }
+
+    /// A running member whose /health names NOSPACE, with its space.
+    struct Full;
+
+    impl crate::status::LiveView for Full {
+        fn etcd(&self) -> Result<crate::status::EtcdLive, String> {
+            Ok(crate::status::EtcdLive {
+                unit: crate::systemd::UnitState {
+                    load_state: "loaded".into(),
+                    active_state: "active".into(),
+                    sub_state: "running".into(),
+                    ..Default::default()
+                },
+                health: Health::Unhealthy(
+                    r#"HTTP 503: {"health":"false","reason":"ALARM NOSPACE"}"#.into(),
+                ),
+                version: None,
+            })
+        }
+
+        fn space(&self) -> Option<SpaceView> {
+            Some(SpaceView {
+                db_size: 17_000_000,
+                db_size_in_use: Some(14_000_000),
+                quota: 16_777_216,
+                quota_used_percent: 101,
+            })
+        }
+    }
+
+    #[test]
+    fn a_nospace_alarm_fails_the_verdict_with_its_own_code_and_shows_the_space() {
+        use crate::report::{Phase, State};
+        let mut state = State::begin(Phase::WaitingForIso);
+        state.enter(Phase::Running, SystemTime::now());
+        let loaded = crate::report::Loaded {
+            state: Some(state),
+            from: Some("/run/etcd-setup/state.json".into()),
+            notes: Vec::new(),
+            unreadable: None,
+        };
+        let a = crate::status::evaluate(
+            &loaded,
+            Path::new("/run/etcd-setup/state.json"),
+            &Full,
+            &|_| false,
+        );
+        assert_eq!(a.verdict, Verdict::Failed);
+        assert_eq!(a.reason.as_ref().unwrap().code, ReasonCode::EtcdNospace);
+        assert_eq!(a.alarms, ["NOSPACE"]);
+        assert_eq!(a.space.as_ref().unwrap().quota, 16_777_216);
+        assert_eq!(a.exit_code, crate::exit::status::FAILED);
+    }
+}

@@ -1,0 +1,707 @@
+//! Day 2 against real etcd releases on loopback: `etcd-setup snapshot`, `restore` and
+//! `maintain` run as the binary, with `--config` describing a member the harness started
+//! (tests/support/etcd.rs), on 3.5.16 and 3.4.23 where they differ; and the corruption
+//! check variables of etcd's environment file on 3.4.23 and 3.5.1.
+mod support;
+
+use etcd_setup::etcd::{AlarmKind, ErrorKind};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use support::etcd::Cluster;
+
+const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
+
+/// A scratch folder outside /tmp (which etcd's sandbox hides, so config refuses it).
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("upkeep-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+/// A configuration for member `i` of `c`, its files under `dir`, with `extra` TOML
+/// appended (whole tables).
+fn config(c: &Cluster, i: usize, dir: &Path, extra: &str) -> PathBuf {
+    config_with(c, i, dir, "", extra)
+}
+
+/// [`config`] with `etcd_lines` added to its `[etcd]` table.
+fn config_with(c: &Cluster, i: usize, dir: &Path, etcd_lines: &str, extra: &str) -> PathBuf {
+    let text = format!(
+        r#"[node]
+name = "{name}"
+ip = "{ip}"
+
+[etcd]
+initial_cluster = "{initial}"
+cluster_token = "{token}"
+data_dir = "{dir}/data"
+client_port = {client}
+peer_port = {peer}
+metrics_port = {metrics}
+{etcd_lines}
+[install]
+dir = "{bin}"
+
+[report]
+failure_file = "{dir}/failed"
+
+{extra}
+"#,
+        name = c.members[i].name,
+        ip = c.members[i].ip,
+        initial = c.initial_cluster_arg(),
+        token = c.token,
+        dir = dir.display(),
+        client = c.client_port,
+        peer = c.peer_port,
+        metrics = c.peer_port.wrapping_add(1).max(1024),
+        bin = c.bin.display(),
+    );
+    let path = dir.join(format!("config-{i}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn snapshot(cfg: &Path, state: &Path) -> Output {
+    run(&[
+        "snapshot",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ])
+}
+
+fn snapshots_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("etcd-snapshot-") && n.ends_with(".db"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn record(state: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(state.join("snapshot.json")).unwrap()).unwrap()
+}
+
+/// Snapshots of a live member: verified (revision, keys), named with time and revision,
+/// copied, the newest 2 kept in each folder, the last recorded; then with etcd gone, a
+/// failure recorded beside the last good one.
+fn snapshots_are_verified_retained_copied_and_recorded(version: &str) {
+    let mut c = Cluster::start(version, 1, "tok-snap");
+    let dir = scratch();
+    let cfg = config(
+        &c,
+        0,
+        dir.path(),
+        &format!(
+            "[snapshot]\ndir = \"{0}/snaps\"\ncopy_dir = \"{0}/copy\"\nretain = 2\n",
+            dir.path().display()
+        ),
+    );
+    let state = dir.path().join("state");
+    let client = c.client();
+    // snapshot status counts the keys of all of etcd's buckets (members, meta, ...):
+    // each round adds one of ours.
+    let mut first_total = None;
+    for round in 0..3 {
+        client.put(&format!("k{round}"), "v").unwrap();
+        let out = snapshot(&cfg, &state);
+        let (so, se) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{so}{se}");
+        let rev = client.endpoint_status().unwrap()[0].revision;
+        assert!(
+            so.contains(&format!("-rev{rev}.db revision {rev} ")),
+            "{so}"
+        );
+        let r = record(&state);
+        assert_eq!(r["last"]["revision"], rev, "{r}");
+        let total = r["last"]["total_keys"].as_u64().unwrap();
+        assert_eq!(total, *first_total.get_or_insert(total) + round, "{r}");
+        assert!(r["failure"].is_null(), "{r}");
+        println!("{version} round {round}: {}", so.trim());
+    }
+    let kept = snapshots_in(&dir.path().join("snaps"));
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(kept, snapshots_in(&dir.path().join("copy")));
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(dir.path().join("snaps").join(&kept[1]))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+
+    c.kill(0);
+    let out = snapshot(&cfg, &state);
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{se}");
+    assert!(se.starts_with("snapshot-failed: "), "{se}");
+    assert!(se.contains(&c.client_url(0)), "{se}");
+    let r = record(&state);
+    assert_eq!(r["failure"]["code"], "snapshot-failed", "{r}");
+    assert!(
+        r["last"]["file"].as_str().unwrap().ends_with(&kept[1]),
+        "{r}"
+    );
+    assert_eq!(snapshots_in(&dir.path().join("snaps")), kept);
+}
+
+#[test]
+fn snapshots_are_verified_retained_copied_and_recorded_3_5() {
+    snapshots_are_verified_retained_copied_and_recorded("3.5.16");
+}
+
+#[test]
+fn snapshots_are_verified_retained_copied_and_recorded_3_4() {
+    snapshots_are_verified_retained_copied_and_recorded("3.4.23");
+}
+
+/// A snapshot restored on member 1 of a lost three-member cluster: the old data dir
+/// moved aside with its content, a one-member cluster with every key, which a second
+/// node then joins as the runbook says (learner, promote).
+fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
+    let mut c = Cluster::start(version, 3, "tok-restore");
+    let dir = scratch();
+    let cfg = config(
+        &c,
+        0,
+        dir.path(),
+        &format!("[snapshot]\ndir = \"{}/snaps\"\n", dir.path().display()),
+    );
+    let state = dir.path().join("state");
+    let client = c.client();
+    for i in 0..20 {
+        client
+            .put(&format!("key/{i}"), &format!("value {i}"))
+            .unwrap();
+    }
+    let out = snapshot(&cfg, &state);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let file = record(&state)["last"]["file"].as_str().unwrap().to_string();
+    // While etcd still serves, its data dir is not replaced.
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    let out = run(&[
+        "restore",
+        &file,
+        "--config",
+        cfg.to_str().unwrap(),
+        "--no-systemd",
+    ]);
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{se}");
+    assert!(
+        se.starts_with("restore-failed: etcd still serves at "),
+        "{se}"
+    );
+    std::fs::remove_dir(dir.path().join("data")).unwrap();
+    // The cluster is lost.
+    for i in 0..3 {
+        c.kill(i);
+    }
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("member")).unwrap();
+    std::fs::write(data.join("member/old-marker"), "old").unwrap();
+
+    // A damaged copy is refused before anything changes.
+    let bad = dir.path().join("bad.db");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0xff;
+    std::fs::write(&bad, bytes).unwrap();
+    let out = run(&[
+        "restore",
+        bad.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--no-systemd",
+    ]);
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{se}");
+    assert!(se.starts_with("snapshot-corrupt: "), "{se}");
+    assert!(data.join("member/old-marker").exists());
+
+    let out = run(&[
+        "restore",
+        &file,
+        "--config",
+        cfg.to_str().unwrap(),
+        "--no-systemd",
+    ]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    println!("{version}: {so}");
+    let aside: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("data.before-restore-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(
+        std::fs::read_to_string(aside[0].join("member/old-marker")).unwrap(),
+        "old"
+    );
+    assert!(so.contains(&aside[0].display().to_string()), "{so}");
+
+    // etcd on the restored data dir, once with --force-new-cluster (systemd's part on a
+    // node, as the command says with --no-systemd).
+    assert!(so.contains("once with --force-new-cluster"), "{so}");
+    c.members[0].data_dir = data.clone();
+    let initial = c.initial_cluster_arg();
+    c.extra = vec!["--force-new-cluster".into()];
+    c.launch(0, &initial, "new");
+    c.await_ready(0);
+    c.extra.clear();
+    let one = etcd_setup::etcd::Client::new(c.etcdctl(), vec![c.client_url(0)], None);
+    let list = one.member_list().unwrap();
+    assert_eq!(list.members.len(), 1, "{list:?}");
+    // The cluster ID the configuration gives: the other nodes' join accepts it.
+    let configured: Vec<(String, String)> = (0..3)
+        .map(|i| (c.members[i].name.clone(), c.peer_url(i)))
+        .collect();
+    assert_eq!(
+        list.header.cluster_id,
+        etcd_setup::etcd::cluster_id(&configured, "tok-restore"),
+        "{list:?}"
+    );
+    // 3.5.16's etcdutl bumps the revision for Kubernetes' watchers; 3.4's etcdctl cannot.
+    let rev = one.endpoint_status().unwrap()[0].revision;
+    if version == "3.5.16" {
+        assert!(rev > 1_000_000_000, "{rev}");
+    } else {
+        assert!(rev < 1000, "{rev}");
+    }
+    assert_eq!(list.members[0].name, "m1");
+    for i in 0..20 {
+        assert_eq!(
+            one.get(&format!("key/{i}")).unwrap(),
+            Some(format!("value {i}").into_bytes())
+        );
+    }
+
+    // Runbook, on the second node: its old data moved aside, it joins as a learner and
+    // is promoted.
+    let old2 = c.members[1].data_dir.clone();
+    std::fs::rename(&old2, dir.path().join("m2.lost")).unwrap();
+    let added = one.member_add_learner("m2", &[c.peer_url(1)]).unwrap();
+    let initial = added.list().initial_cluster_for(added.member.id, "m2");
+    c.launch(1, &initial, "existing");
+    c.await_ready(1);
+    let t = Instant::now();
+    loop {
+        match one.member_promote(added.member.id) {
+            Ok(()) => break,
+            Err(e)
+                if e.kind == ErrorKind::LearnerNotInSync
+                    && t.elapsed() < Duration::from_secs(30) =>
+            {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let two = one.with_endpoints(vec![c.client_url(0), c.client_url(1)]);
+    assert_eq!(two.member_list().unwrap().voters().count(), 2);
+    let m2 = one.with_endpoints(vec![c.client_url(1)]);
+    assert_eq!(m2.get("key/7").unwrap(), Some(b"value 7".to_vec()));
+}
+
+#[test]
+fn restore_makes_a_one_member_cluster_and_keeps_the_old_data_3_5() {
+    restore_makes_a_one_member_cluster_and_keeps_the_old_data("3.5.16");
+}
+
+#[test]
+fn restore_makes_a_one_member_cluster_and_keeps_the_old_data_3_4() {
+    restore_makes_a_one_member_cluster_and_keeps_the_old_data("3.4.23");
+}
+
+/// Writes `n` revisions of `value_kib` KiB under one key, then compacts them away: the
+/// database file keeps its size while little of it is in use.
+fn fragment(c: &Cluster, n: usize, value_kib: usize) {
+    let client = c.client();
+    let value = "x".repeat(value_kib << 10);
+    for _ in 0..n {
+        client.put("bulk", &value).unwrap();
+    }
+    let rev = client.endpoint_status().unwrap()[0].revision;
+    client.compact(rev, true, Duration::from_secs(60)).unwrap();
+    // Followers apply the compaction on their own time: await every member's free
+    // pages, so that all of them pass the threshold when the maintains start.
+    let t = Instant::now();
+    loop {
+        let all = etcd_setup::etcd::each_endpoint(&client, |one| one.endpoint_status());
+        let fragmented = all.iter().all(|(_, r)| {
+            r.as_ref()
+                .is_ok_and(|v| v[0].db_size_in_use.is_some_and(|u| u * 2 < v[0].db_size))
+        });
+        if fragmented {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{all:?}");
+        // A member recounts the pages in use when it commits: give each a write.
+        client.put("tick", "t").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A `defragmented NAME (ROLE) …[START..END]` line.
+#[derive(Debug)]
+struct Defrag {
+    name: String,
+    role: String,
+    start: u128,
+    end: u128,
+}
+
+fn defrags(stdout: &str) -> Vec<Defrag> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("defragmented ")?;
+            let (name, rest) = rest.split_once(" (")?;
+            let (role, _) = rest.split_once(')')?;
+            let (_, times) = l.rsplit_once('[')?;
+            let (a, b) = times.trim_end_matches(']').split_once("..")?;
+            Some(Defrag {
+                name: name.into(),
+                role: role.into(),
+                start: a.parse().ok()?,
+                end: b.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Three `maintain` started at once on a fragmented three-member cluster: each member
+/// defragmented exactly once, never two at a time, the leader last.
+#[test]
+fn three_maintains_at_once_defragment_one_member_at_a_time_the_leader_last() {
+    let c = Cluster::start("3.5.16", 3, "tok-maintain");
+    let dir = scratch();
+    fragment(&c, 120, 100);
+    let limits = "[maintain]\nmin_db_size = \"4MiB\"\nmin_fragmented_percent = 50\n";
+    let cfgs: Vec<PathBuf> = (0..3).map(|i| config(&c, i, dir.path(), limits)).collect();
+    let leader = {
+        let s = c.client().endpoint_status().unwrap();
+        let id = s[0].leader;
+        s.iter()
+            .position(|x| x.member_id == id)
+            .map(|i| c.members[i].name.clone())
+            .unwrap()
+    };
+    let children: Vec<_> = cfgs
+        .iter()
+        .map(|cfg| {
+            Command::new(BIN)
+                .args(["maintain", "--config", cfg.to_str().unwrap()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut all = Vec::new();
+    for (i, ch) in children.into_iter().enumerate() {
+        let out = ch.wait_with_output().unwrap();
+        let (so, se) = text(&out);
+        println!(
+            "maintain on m{}: exit {:?}\n{so}{se}",
+            i + 1,
+            out.status.code()
+        );
+        assert_eq!(out.status.code(), Some(0), "{so}{se}");
+        all.extend(defrags(&so));
+    }
+    all.sort_by_key(|d| d.start);
+    let order: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
+    println!("order: {order:?}, leader {leader}");
+    let mut names = order.clone();
+    names.sort();
+    assert_eq!(names, ["m1", "m2", "m3"], "{all:?}");
+    for w in all.windows(2) {
+        assert!(w[0].end <= w[1].start, "overlap: {all:?}");
+    }
+    assert_eq!(all[2].name, leader, "{all:?}");
+    assert_eq!(all[2].role, "leader");
+    // Nothing is left to do.
+    let out = run(&["maintain", "--config", cfgs[0].to_str().unwrap()]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{se}");
+    assert!(so.starts_with("nothing to defragment"), "{so}");
+    // A follower down (not the leader: without it the cluster only elects anew): nothing
+    // is done, with its own exit code.
+    let mut c = c;
+    let down = (1..3).rev().find(|&i| c.members[i].name != leader).unwrap();
+    let name = c.members[down].name.clone();
+    c.kill(down);
+    let out = run(&["maintain", "--config", cfgs[0].to_str().unwrap()]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{so}{se}");
+    assert!(
+        se.starts_with(&format!("cluster-unhealthy: member {name} at ")),
+        "{se}"
+    );
+}
+
+/// A small quota filled until NOSPACE: the status side reads the alarm from `/health`
+/// and the space from `/metrics`; `maintain` keeps the alarm while space does not come
+/// back; after keys are deleted it compacts, defragments, disarms, and writes work.
+fn nospace_is_recovered_only_when_space_came_back(version: &str) {
+    let quota = 16u64 << 20;
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let c = Cluster::start_with(
+        version,
+        1,
+        "tok-nospace",
+        &[
+            &format!("--quota-backend-bytes={quota}"),
+            &format!("--listen-metrics-urls=http://{metrics}"),
+        ],
+    );
+    let dir = scratch();
+    let cfg = config_with(
+        &c,
+        0,
+        dir.path(),
+        &format!("quota_backend_bytes = {quota}\n"),
+        "",
+    );
+    let client = c.client();
+    // One argument of etcdctl may hold at most 128 KiB.
+    let value = "y".repeat(96 << 10);
+    let mut written = 0;
+    loop {
+        match client.put(&format!("fill/{written:04}"), &value) {
+            Ok(()) => written += 1,
+            Err(e) if e.kind == ErrorKind::NoSpace => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(written < 1000, "no NOSPACE after {written} puts");
+    }
+    let alarms = client.alarm_list().unwrap();
+    assert!(
+        alarms.iter().any(|a| a.kind == AlarmKind::NoSpace),
+        "{alarms:?}"
+    );
+    let before = client.endpoint_status().unwrap()[0].db_size;
+    let health = etcd_setup::health::check(metrics, Duration::from_secs(2));
+    let space = etcd_setup::status::upkeep::read_space(metrics, Duration::from_secs(2)).unwrap();
+    println!("{version} at NOSPACE: /health {health:?}; /metrics {space:?}");
+    assert_eq!(space.quota, quota);
+    assert!(space.quota_used_percent >= 95, "{space:?}");
+    assert_eq!(
+        etcd_setup::status::upkeep::alarms_in(&health, Some(&space)),
+        ["NOSPACE"],
+        "{health:?}"
+    );
+
+    let out = run(&["maintain", "--config", cfg.to_str().unwrap()]);
+    let (so, se) = text(&out);
+    println!("full: exit {:?}\n{so}{se}", out.status.code());
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(
+        se.starts_with("etcd-nospace: space did not come back"),
+        "{se}"
+    );
+    assert!(client
+        .alarm_list()
+        .unwrap()
+        .iter()
+        .any(|a| a.kind == AlarmKind::NoSpace));
+
+    let del = Command::new(c.etcdctl())
+        .env_clear()
+        .env("ETCDCTL_API", "3")
+        .args([
+            &format!("--endpoints={}", c.client_url(0)),
+            "del",
+            "--prefix",
+            "fill/",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        del.status.success(),
+        "{}",
+        String::from_utf8_lossy(&del.stderr)
+    );
+    let out = run(&["maintain", "--config", cfg.to_str().unwrap()]);
+    let (so, se) = text(&out);
+    println!("after deleting: exit {:?}\n{so}{se}", out.status.code());
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    assert!(so.contains("disarmed NOSPACE"), "{so}");
+    assert!(client.alarm_list().unwrap().is_empty());
+    client.put("after", "works").unwrap();
+    let after = client.endpoint_status().unwrap()[0].db_size;
+    println!(
+        "{version}: NOSPACE after {written} puts of 96 KiB into a 16 MiB quota: db {} -> {} bytes",
+        before, after
+    );
+    assert!(after < before / 2, "{before} -> {after}");
+    let health = etcd_setup::health::check(metrics, Duration::from_secs(2));
+    assert_eq!(health, etcd_setup::health::Health::Healthy);
+}
+
+#[test]
+fn nospace_is_recovered_only_when_space_came_back_3_5() {
+    nospace_is_recovered_only_when_space_came_back("3.5.16");
+}
+
+#[test]
+fn nospace_is_recovered_only_when_space_came_back_3_4() {
+    nospace_is_recovered_only_when_space_came_back("3.4.23");
+}
+
+/// The corruption-check lines of etcd's environment file: 3.4.23 and 3.5.1, which lack
+/// the compaction hash check, warn about that variable and start; 3.5.16 takes both.
+#[test]
+fn corruption_check_variables_start_every_release() {
+    for (version, knows_hash_check) in [("3.4.23", false), ("3.5.1", false), ("3.5.16", true)] {
+        let bin = support::etcd::release(version).join("etcd");
+        let dir = scratch();
+        let port = |_: ()| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let (cp, pp) = (port(()), port(()));
+        let mut child = Command::new(&bin)
+            .env_clear()
+            .env("ETCD_DATA_DIR", dir.path().join("d"))
+            .env("ETCD_LISTEN_CLIENT_URLS", format!("http://127.0.0.1:{cp}"))
+            .env(
+                "ETCD_ADVERTISE_CLIENT_URLS",
+                format!("http://127.0.0.1:{cp}"),
+            )
+            .env("ETCD_LISTEN_PEER_URLS", format!("http://127.0.0.1:{pp}"))
+            .env(
+                "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+                format!("http://127.0.0.1:{pp}"),
+            )
+            .env(
+                "ETCD_INITIAL_CLUSTER",
+                format!("default=http://127.0.0.1:{pp}"),
+            )
+            .env("ETCD_QUOTA_BACKEND_BYTES", "2147483648")
+            .env("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true")
+            .env("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", "true")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut lines = Vec::new();
+            for l in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let ready = l.contains("serving client") || l.contains("ready to serve client");
+                lines.push(l);
+                if ready {
+                    let _ = tx.send(lines.clone());
+                }
+            }
+            let _ = tx.send(lines);
+        });
+        let lines = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = lines.join("\n");
+        assert!(
+            log.contains("serving client") || log.contains("ready to serve client"),
+            "{version} did not start:\n{log}"
+        );
+        let warned = log.contains("unrecognized environment variable")
+            && log.contains("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED");
+        assert_eq!(warned, !knows_hash_check, "{version}:\n{log}");
+        assert!(
+            log.contains("initial-corrupt-check")
+                || log.contains("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK"),
+            "{version}:\n{log}"
+        );
+    }
+}
+
+/// `snapshot.prune = "move-aside"` keeps the pruned snapshot in `pruned/`; a copied
+/// `member/snap/db` (no SHA-256 trailer) is refused by restore, and restored with
+/// `--skip-hash-check`.
+#[test]
+fn pruned_snapshots_move_aside_and_a_copied_db_restores_with_skip_hash_check() {
+    let mut c = Cluster::start("3.5.16", 1, "tok-prune");
+    let dir = scratch();
+    let cfg = config(
+        &c,
+        0,
+        dir.path(),
+        &format!(
+            "[snapshot]\ndir = \"{}/snaps\"\nretain = 1\nprune = \"move-aside\"\n",
+            dir.path().display()
+        ),
+    );
+    let state = dir.path().join("state");
+    let client = c.client();
+    client.put("kept", "yes").unwrap();
+    assert_eq!(snapshot(&cfg, &state).status.code(), Some(0));
+    client.put("more", "yes").unwrap();
+    let out = snapshot(&cfg, &state);
+    let (so, _) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}");
+    assert!(so.contains("(moved to "), "{so}");
+    let snaps = dir.path().join("snaps");
+    assert_eq!(snapshots_in(&snaps).len(), 1);
+    assert_eq!(snapshots_in(&snaps.join("pruned")).len(), 1);
+
+    c.kill(0);
+    let db = dir.path().join("copied.db");
+    std::fs::copy(c.members[0].data_dir.join("member/snap/db"), &db).unwrap();
+    let restore = |extra: &[&str]| {
+        let mut args = vec![
+            "restore",
+            db.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--no-systemd",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let out = restore(&[]);
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{se}");
+    assert!(se.starts_with("snapshot-corrupt: "), "{se}");
+    assert!(se.contains("--skip-hash-check"), "{se}");
+    let out = restore(&["--skip-hash-check"]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    assert!(so.contains("there was no old data dir"), "{so}");
+    c.members[0].data_dir = dir.path().join("data");
+    let initial = c.initial_cluster_arg();
+    c.launch(0, &initial, "new");
+    c.await_ready(0);
+    assert_eq!(c.client().get("more").unwrap(), Some(b"yes".to_vec()));
+}
