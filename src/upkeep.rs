@@ -69,9 +69,7 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), Failure> {
 }
 
 /// `t` as a file-name timestamp in UTC: `20261201T094500Z`.
-pub fn stamp(t: std::time::SystemTime) -> String {
-    crate::report::rfc3339(t).replace(['-', ':'], "")
-}
+pub use crate::report::file_stamp as stamp;
 
 /// `t` as a sortable file-name timestamp in UTC to the millisecond:
 /// `20261201T094500.123Z`.

@@ -9,29 +9,9 @@
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-/// `20261201T101500Z`: the basic ISO 8601 form, safe in a file name.
-pub fn stamp(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+pub use crate::report::file_stamp as stamp;
 
 /// Renames `path` to `PATH.LABEL-STAMP` (first free name) beside itself and fsyncs the
 /// parent; returns the new path.
@@ -73,6 +53,7 @@ pub fn move_aside(path: &Path, label: &str, now: SystemTime) -> Result<PathBuf> 
 mod tests {
     use super::*;
     use std::time::Duration;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn stamp_is_basic_iso_utc() {

@@ -29,31 +29,3 @@ pub fn before_start(
         )),
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::etcd::Id;
-
-    #[test]
-    fn progress_lines_say_what_status_shows() {
-        assert_eq!(
-            Progress::AddedLearner(Id(0xabc)).to_string(),
-            format!(
-                "joining the existing cluster as a learner (member {})",
-                Id(0xabc)
-            )
-        );
-        assert_eq!(
-            Progress::CatchingUp {
-                learner: None,
-                leader: Some(42)
-            }
-            .to_string(),
-            "learner catching up: raft index ? of the leader's 42"
-        );
-        assert!(Progress::Promoted(Id(1))
-            .to_string()
-            .starts_with("promoted to voting member "));
-    }
-}

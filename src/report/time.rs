@@ -16,6 +16,12 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
+/// `t` in the basic ISO 8601 form, safe in a file name: `20261201T101500Z` (UTC, to the
+/// second). Folders moved aside and snapshot files are named with it.
+pub fn file_stamp(t: SystemTime) -> String {
+    rfc3339(t).replace(['-', ':'], "")
+}
+
 /// Year, month, day of the `days`-th day after 1970-01-01 (proleptic Gregorian), after
 /// Howard Hinnant's `civil_from_days`.
 fn civil_from_days(days: u64) -> (u64, u64, u64) {

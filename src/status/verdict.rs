@@ -3,7 +3,6 @@
 use super::live::{health_text, EtcdLive, LiveView};
 use super::protocol::{Answer, EtcdView, RunView, Verdict};
 use super::{CRASH_WINDOW, SCHEMA_VERSION};
-use crate::exit::status as exit;
 use crate::health::Health;
 use crate::reason::ReasonCode;
 use crate::report::{Loaded, Phase, Reason, State};
@@ -60,67 +59,26 @@ pub fn evaluate_at(
     now: SystemTime,
 ) -> Answer {
     if let (None, Some(bad)) = (&loaded.state, &loaded.unreadable) {
-        return Answer {
-            schema_version: SCHEMA_VERSION,
-            phase: None,
-            progress: None,
-            reason: Some(Reason {
-                code: ReasonCode::StateUnreadable,
-                message: format!(
-                    "the state file {} {}; what the run did is unknown: move it aside and run `systemctl start etcd-setup` again",
-                    bad.file.display(),
-                    bad.why
-                ),
-            }),
-            device: None,
-            label: None,
-            sha256: None,
-            etcd_version: None,
-            member_name: None,
-            phases: Vec::new(),
-            run: RunView {
-                pid: None,
-                alive: false,
-            },
-            etcd: None,
-            verdict: Verdict::Unreadable,
-            exit_code: exit::UNREADABLE,
-            updated_at: None,
-            state_file: Some(bad.file.display().to_string()),
-            notes: loaded.notes.clone(),
-            space: None,
-            alarms: Vec::new(),
-            snapshot: None,
-            warnings: Vec::new(),
+        let reason = Reason {
+            code: ReasonCode::StateUnreadable,
+            message: format!(
+                "the state file {} {}; what the run did is unknown: move it aside and run `systemctl start etcd-setup` again",
+                bad.file.display(),
+                bad.why
+            ),
         };
+        let mut a = without_state(loaded, Verdict::Unreadable, None, None);
+        a.reason = Some(reason);
+        a.state_file = Some(bad.file.display().to_string());
+        return a;
     }
     let Some(state) = &loaded.state else {
-        return Answer {
-            schema_version: SCHEMA_VERSION,
-            phase: Some(Phase::NotStarted),
-            progress: Some("etcd-setup run has not started on this node".into()),
-            reason: None,
-            device: None,
-            label: None,
-            sha256: None,
-            etcd_version: None,
-            member_name: None,
-            phases: Vec::new(),
-            run: RunView {
-                pid: None,
-                alive: false,
-            },
-            etcd: None,
-            verdict: Verdict::NotStarted,
-            exit_code: exit::NOT_STARTED,
-            updated_at: None,
-            state_file: None,
-            notes: loaded.notes.clone(),
-            space: None,
-            alarms: Vec::new(),
-            snapshot: None,
-            warnings: Vec::new(),
-        };
+        return without_state(
+            loaded,
+            Verdict::NotStarted,
+            Some(Phase::NotStarted),
+            Some("etcd-setup run has not started on this node".into()),
+        );
     };
     let this_boot = loaded.from.as_deref() == Some(live_copy);
     let run_alive = this_boot && state.pid.is_some_and(alive);
@@ -223,6 +181,41 @@ pub fn evaluate_at(
         notes: loaded.notes.clone(),
         space,
         alarms,
+        snapshot: None,
+        warnings: Vec::new(),
+    }
+}
+
+/// The answer when there is no state to read: nothing known but the verdict.
+fn without_state(
+    loaded: &Loaded,
+    verdict: Verdict,
+    phase: Option<Phase>,
+    progress: Option<String>,
+) -> Answer {
+    Answer {
+        schema_version: SCHEMA_VERSION,
+        phase,
+        progress,
+        reason: None,
+        device: None,
+        label: None,
+        sha256: None,
+        etcd_version: None,
+        member_name: None,
+        phases: Vec::new(),
+        run: RunView {
+            pid: None,
+            alive: false,
+        },
+        etcd: None,
+        verdict,
+        exit_code: verdict.exit_code(),
+        updated_at: None,
+        state_file: None,
+        notes: loaded.notes.clone(),
+        space: None,
+        alarms: Vec::new(),
         snapshot: None,
         warnings: Vec::new(),
     }
