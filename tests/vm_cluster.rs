@@ -627,23 +627,24 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
         node.name,
         s.at - inserted
     ));
-    let seen: Vec<String> = node
-        .samples
-        .list
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|s| s.at >= inserted)
-        .map(|s| s.progress.clone())
-        .collect();
+    // The join's steps, as the run logged them (a poll every second may miss a step
+    // that lasts less than that; the journal keeps every one).
+    let journal = node
+        .vm()
+        .ssh_ok("sudo journalctl -b -o cat | grep -E 'as a learner|promoted to voting member|stale member' || true");
     for step in ["as a learner", "promoted to voting member"] {
         assert!(
-            seen.iter().any(|p| p.contains(step)),
-            "{} never said {step:?}:\n{}",
+            journal.contains(step),
+            "{} never logged {step:?}:\n{journal}\n{}",
             node.name,
             node.timeline(zero)
         );
     }
+    report(&format!(
+        "cluster c1: {}'s run logged: {}",
+        node.name,
+        journal.lines().collect::<Vec<_>>().join(" | ")
+    ));
     let after = members(c, 0);
     assert_eq!(after.len(), 3, "{after:?}");
     assert!(after.iter().all(|(_, _, voter)| *voter), "{after:?}");

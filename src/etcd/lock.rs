@@ -9,10 +9,17 @@
 //!
 //! The parent-death signal belongs to the thread that spawned the child: take the lock on
 //! the thread that holds it for its whole life (the main thread of a command).
+//!
+//! etcdctl's stderr goes to an unnamed temporary file, not a pipe: when this process dies,
+//! a pipe's reading end dies with it, and etcdctl, releasing the lock on its parent-death
+//! SIGTERM, would be killed by SIGPIPE the moment its client logged a line (Go exits on a
+//! broken stderr), leaving the lock held until its lease expired.
 
 use super::command;
 use super::error::{ErrorKind, EtcdError};
-use std::io::{BufRead, BufReader};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::thread;
@@ -28,7 +35,28 @@ pub struct ClusterLock {
     key: String,
     name: String,
     endpoints: Vec<String>,
-    stderr: Option<thread::JoinHandle<Vec<u8>>>,
+    stderr: Stderr,
+}
+
+/// Where the holder's stderr goes.
+#[derive(Debug)]
+enum Stderr {
+    /// An unnamed temporary file (`O_TMPFILE`), read when the holder is done.
+    File(File),
+    /// A pipe drained by a thread, where no temporary file can be made.
+    Pipe(Option<thread::JoinHandle<Vec<u8>>>),
+}
+
+/// An unnamed temporary file for the holder's stderr, or `None` where the temporary
+/// folder's filesystem has no `O_TMPFILE`.
+fn stderr_file() -> Option<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_TMPFILE)
+        .open(std::env::temp_dir())
+        .ok()
 }
 
 impl ClusterLock {
@@ -41,6 +69,10 @@ impl ClusterLock {
         wait: Duration,
     ) -> Result<ClusterLock, EtcdError> {
         let what = format!("lock {name}");
+        let file = stderr_file();
+        if let Some(f) = file.as_ref().and_then(|f| f.try_clone().ok()) {
+            cmd.stderr(f);
+        }
         let mut child = cmd.spawn().map_err(|e| {
             EtcdError::new(
                 ErrorKind::Spawn,
@@ -49,10 +81,15 @@ impl ClusterLock {
                 format!("cannot run etcdctl: {e}"),
             )
         })?;
-        let stderr = child
-            .stderr
-            .take()
-            .map(|s| thread::spawn(move || command::drain(s, command::MAX_STDERR, true)));
+        let stderr = match file {
+            Some(f) => Stderr::File(f),
+            None => Stderr::Pipe(
+                child
+                    .stderr
+                    .take()
+                    .map(|s| thread::spawn(move || command::drain(s, command::MAX_STDERR, true))),
+            ),
+        };
         let (tx, rx) = mpsc::channel();
         if let Some(out) = child.stdout.take() {
             thread::spawn(move || {
@@ -144,10 +181,19 @@ impl ClusterLock {
             }
             let _ = child.wait();
         }
-        self.stderr
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
+        match &mut self.stderr {
+            Stderr::File(f) => {
+                // Its last MAX_STDERR bytes: the error line is at the end.
+                let len = f.metadata().map_or(0, |m| m.len());
+                let from = len.saturating_sub(command::MAX_STDERR as u64);
+                let mut bytes = Vec::new();
+                if f.seek(SeekFrom::Start(from)).is_ok() {
+                    let _ = f.read_to_end(&mut bytes);
+                }
+                bytes
+            }
+            Stderr::Pipe(t) => t.take().and_then(|t| t.join().ok()).unwrap_or_default(),
+        }
     }
 }
 
