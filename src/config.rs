@@ -37,6 +37,8 @@ pub const DEFAULT_FAILURE_FILE: &str = "/home/cloud/etcd-setup-failed";
 pub const DEFAULT_FAILURE_OWNER: &str = "cloud";
 /// The group allowed to query status when `[report] status_group` is not set.
 pub const DEFAULT_STATUS_GROUP: &str = "cloud";
+/// `etcd.metrics_port` when not given: etcd's `/metrics` and `/health` on loopback.
+pub const DEFAULT_METRICS_PORT: u16 = 2381;
 /// A complete configuration file with every key set, as documented above.
 pub const EXAMPLE: &str = include_str!("config.example.toml");
 
@@ -872,7 +874,8 @@ impl Checker<'_> {
         };
         let client_port = self.port("etcd.client_port", etcd.client_port, 2379)?;
         let peer_port = self.port("etcd.peer_port", etcd.peer_port, 2380)?;
-        let metrics_port = self.port("etcd.metrics_port", etcd.metrics_port, 2381)?;
+        let metrics_port =
+            self.port("etcd.metrics_port", etcd.metrics_port, DEFAULT_METRICS_PORT)?;
         let ports = [
             ("etcd.client_port", client_port),
             ("etcd.peer_port", peer_port),
@@ -1159,7 +1162,8 @@ fn url_host(ip: IpAddr) -> String {
     }
 }
 
-fn parse_sha256(s: &str) -> Option<[u8; 32]> {
+/// A SHA-256 written as 64 hex digits.
+pub fn parse_sha256(s: &str) -> Option<[u8; 32]> {
     let bytes = s.as_bytes();
     if bytes.len() != 64 {
         return None;

@@ -6,9 +6,12 @@
 #![deny(missing_docs)]
 
 pub mod archive;
+pub mod check;
+pub mod cli;
 pub mod config;
 pub mod discover;
 pub mod elf;
+pub mod exit;
 pub mod health;
 pub mod install;
 pub mod iso9660;

@@ -5,40 +5,23 @@
 //! Every failure ends in a reason code written to the failure file and the state files,
 //! and leaves etcd disabled and stopped. A run after a success only verifies etcd.
 
+use crate::cli::{RunArgs, StateDirs};
 use crate::config::{self, Settings};
 use crate::discover::{self, Wait};
+use crate::exit::run as exit;
 use crate::health::{self, Health};
 use crate::install;
 use crate::lock::RunLock;
 use crate::reason::{Failure, ReasonCode};
-use crate::report::{self, Phase, State, StateStore};
+use crate::report::{self, Phase, Reporter, SharedReporter, State, StateStore};
 use crate::source;
 use crate::systemd::{self, JobResult, Systemd, Watched};
-use crate::unit::{self, EtcdUnitParams};
+use crate::unit::{self, EtcdUnitParams, ETCD_UNIT};
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-
-/// etcd's unit.
-pub const ETCD_UNIT: &str = "etcd.service";
-
-/// Exit codes of `run` (a contract: README and `--help` list them).
-pub mod exit {
-    /// etcd is installed, enabled, active and healthy.
-    pub const OK: u8 = 0;
-    /// The run failed; the reason is in the failure file.
-    pub const FAILED: u8 = 1;
-    /// The command line is wrong (clap's code).
-    pub const USAGE: u8 = 2;
-    /// The configuration file is missing or invalid (`config-invalid`).
-    pub const CONFIG: u8 = 3;
-    /// Stopped by a signal (`interrupted`).
-    pub const INTERRUPTED: u8 = 4;
-    /// Another run held the lock past the wait (`locked`).
-    pub const LOCKED: u8 = 5;
-}
 
 /// The system locations the run uses; tests point them elsewhere.
 #[derive(Debug, Clone)]
@@ -54,138 +37,58 @@ pub struct Paths {
 }
 
 impl Paths {
-    /// The real system's locations.
-    pub fn system() -> Paths {
+    /// The state store in these folders.
+    pub fn store(&self) -> StateStore {
+        StateStore::new(&self.run_dir, &self.state_dir)
+    }
+
+    /// The system's locations, with the state folders the command line names.
+    pub fn new(dirs: &StateDirs) -> Paths {
         Paths {
-            run_dir: PathBuf::from("/run/etcd-setup"),
-            state_dir: PathBuf::from("/var/lib/etcd-setup"),
+            run_dir: dirs.run_dir.clone(),
+            state_dir: dirs.state_dir.clone(),
             sys_block: PathBuf::from("/sys/block"),
             dev: PathBuf::from("/dev"),
         }
     }
 }
 
-/// Writes phases to the state files, systemd (STATUS=) and the journal, and failures to
-/// the failure file. Shared with the signal thread, which records `interrupted`.
-pub struct Reporter {
-    store: StateStore,
-    state: State,
-    failure_file: PathBuf,
-    owner: String,
-    journal: bool,
-    /// Whether this run holds the run lock, i.e. reports for the node. A run still
-    /// waiting for another must not write over that one's state or stop its etcd.
-    holds_lock: bool,
-}
-
-impl Reporter {
-    fn new(paths: &Paths, failure_file: PathBuf, owner: String) -> Reporter {
-        let store = StateStore::new(paths.run_dir.clone(), paths.state_dir.clone());
-        let mut state = State::begin(Phase::NotStarted);
-        state.pid = Some(std::process::id());
-        Reporter {
-            store,
-            state,
-            failure_file,
-            owner,
-            journal: std::env::var_os("JOURNAL_STREAM").is_some(),
-            holds_lock: false,
+/// `etcd-setup run`. Signals are blocked before any thread exists and taken by a thread
+/// of their own, which records `interrupted` and exits; a panic is caught and recorded as
+/// `internal-error`. Either way the reason reaches the failure file.
+pub fn command(args: &RunArgs) -> u8 {
+    use nix::sys::signal::{SigSet, Signal};
+    let shared: SharedReporter = Arc::new(Mutex::new(None));
+    let mut signals = SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(sig);
+    }
+    if let Err(e) = signals.thread_block() {
+        eprintln!("etcd-setup: cannot block signals: {e}");
+    }
+    let on_signal = Arc::clone(&shared);
+    std::thread::spawn(move || {
+        if let Ok(sig) = signals.wait() {
+            let code = interrupted(&on_signal, sig.as_str());
+            std::process::exit(i32::from(code));
         }
-    }
-
-    fn log(&self, priority: u8, text: &str) {
-        // Under systemd, stderr goes to the journal, which reads a <N> priority prefix.
-        if self.journal {
-            eprintln!("<{priority}>{text}");
-        } else {
-            eprintln!("etcd-setup: {text}");
+    });
+    let paths = Paths::new(&args.dirs);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(&args.config, &paths, args.lock_timeout, &shared)
+    }));
+    match outcome {
+        Ok(code) => code,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            panicked(&shared, &message)
         }
-    }
-
-    fn save(&self) {
-        if let Err(e) = self.store.save(&self.state) {
-            self.log(4, &format!("cannot save the state files: {e}"));
-        }
-    }
-
-    fn notify(&self, status: &str) {
-        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(status)]);
-    }
-
-    /// Enters a phase: state files, STATUS= and a journal line.
-    pub fn enter(&mut self, phase: Phase, text: &str) {
-        self.state.enter(phase, SystemTime::now());
-        self.state.progress = Some(text.to_string());
-        self.save();
-        self.notify(text);
-        self.log(6, text);
-    }
-
-    /// Reports progress within the current phase.
-    pub fn progress(&mut self, text: &str) {
-        self.state.progress = Some(text.to_string());
-        self.save();
-        self.notify(text);
-        self.log(6, text);
-    }
-
-    /// Records a failure: failure file first (the platform reads it), then the state.
-    pub fn fail(&mut self, failure: &Failure) {
-        if let Err(e) =
-            report::write_failure(&self.failure_file, &self.owner, failure, SystemTime::now())
-        {
-            self.log(
-                3,
-                &format!("cannot write {}: {e}", self.failure_file.display()),
-            );
-        }
-        self.state.reason = Some(report::Reason {
-            code: failure.code,
-            message: failure.message.clone(),
-        });
-        self.state.enter(Phase::Failed, SystemTime::now());
-        self.state.progress = None;
-        self.save();
-        self.notify(&failure.headline());
-        self.log(3, &failure.headline());
-        if let Some(source) = &failure.source {
-            self.log(3, &format!("detail: {source:#}"));
-        }
-    }
-
-    /// Keeps what an earlier successful run installed (device, label, digest, version)
-    /// in this run's state, which verifies it.
-    fn carry_over(&mut self, previous: State) {
-        // The timeline goes on from the install, so status shows when etcd came up.
-        self.state.phases = previous.phases;
-        self.state.device = previous.device;
-        self.state.label = previous.label;
-        self.state.sha256 = previous.sha256;
-        self.state.etcd_version = previous.etcd_version;
-    }
-
-    /// Records success with etcd.service's `NRestarts` at that moment (status counts
-    /// later restarts from it): the failure file goes, the state says running.
-    fn succeed(&mut self, text: &str, n_restarts: u32) {
-        if let Err(e) = report::clear_failure(&self.failure_file) {
-            self.log(
-                4,
-                &format!("cannot remove {}: {e}", self.failure_file.display()),
-            );
-        }
-        self.state.reason = None;
-        self.state.confirmed_n_restarts = Some(n_restarts);
-        self.enter(Phase::Running, text);
-    }
-
-    /// The phase the run is in.
-    pub fn phase(&self) -> Phase {
-        self.state.phase
     }
 }
-
-/// The reporter the signal thread reaches; `None` until the run has one.
-pub type SharedReporter = Arc<Mutex<Option<Reporter>>>;
 
 /// Runs the boot job with the configuration at `config_path`. Returns the exit code.
 /// `lock_timeout` bounds the wait for another run (default: ISO wait + start timeout +
@@ -200,13 +103,13 @@ pub fn run(
         Ok(s) => s,
         Err(failure) => {
             let (file, owner) = config::failure_target(config_path);
-            let mut reporter = Reporter::new(paths, file, owner);
+            let mut reporter = Reporter::new(paths.store(), file, owner);
             reporter.fail(&failure);
             return exit::CONFIG;
         }
     };
     let mut reporter = Reporter::new(
-        paths,
+        paths.store(),
         settings.failure_file.clone(),
         settings.failure_owner.clone(),
     );
@@ -228,7 +131,7 @@ pub fn run(
                 .unwrap_or(settings.iso_wait + settings.start_timeout + Duration::from_secs(300));
             match RunLock::acquire(&lock_path, wait) {
                 Ok(l) => {
-                    let store = StateStore::new(paths.run_dir.clone(), paths.state_dir.clone());
+                    let store = paths.store();
                     // Its outcome stands either way: a failure is not retried at once,
                     // and a success just confirmed is not verified again (which would
                     // show the node as "starting" again to whoever polls status).
@@ -398,7 +301,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
 
 /// The state of an earlier run that succeeded, when what it installed is still there.
 fn already_installed(settings: &Settings, paths: &Paths) -> Option<State> {
-    let store = StateStore::new(paths.run_dir.clone(), paths.state_dir.clone());
+    let store = paths.store();
     let previous = store.load().ok().flatten()?;
     let intact =
         settings.install_dir.join("etcd").is_file() && Path::new(unit::UNIT_FILE).is_file();

@@ -11,6 +11,9 @@ use crate::reason::{Failure, ReasonCode};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+/// etcd's unit.
+pub const ETCD_UNIT: &str = "etcd.service";
+
 /// Where the rendered unit goes.
 pub const UNIT_FILE: &str = "/etc/systemd/system/etcd.service";
 

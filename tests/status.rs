@@ -1,7 +1,7 @@
 //! `etcd-setup status` and `serve-status` on the host: the protocol, who may ask, hostile
 //! clients, every exit code, `--wait` and stale runs. The server is the real binary, given
 //! its socket the way systemd gives it (LISTEN_FDS, fd 3); etcd's live view comes from a
-//! JSON fixture (ETCD_SETUP_FAKE_ETCD), since the host has no system bus.
+//! JSON fixture (`serve-status --live-fixture`, built with the test-fixtures feature), since the host has no system bus.
 
 use etcd_setup::reason::{Failure, ReasonCode};
 use etcd_setup::report::{Phase, State, StateStore};
@@ -61,9 +61,12 @@ impl Server {
             .args(["serve-status", "--idle-exit", "0", "--config"])
             .arg(&config_path)
             .env("LISTEN_FDS", "1")
-            .env("ETCD_SETUP_RUN_DIR", dir.path().join("run"))
-            .env("ETCD_SETUP_STATE_DIR", dir.path().join("lib"))
-            .env("ETCD_SETUP_FAKE_ETCD", dir.path().join("etcd.json"))
+            .arg("--run-dir")
+            .arg(dir.path().join("run"))
+            .arg("--state-dir")
+            .arg(dir.path().join("lib"))
+            .arg("--live-fixture")
+            .arg(dir.path().join("etcd.json"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
@@ -515,8 +518,10 @@ fn without_systemd_it_binds_the_path_itself_and_exits_when_idle() {
         .arg(dir.path().join("none.toml"))
         .arg("--socket")
         .arg(&socket)
-        .env("ETCD_SETUP_RUN_DIR", dir.path().join("run"))
-        .env("ETCD_SETUP_STATE_DIR", dir.path().join("lib"))
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .arg("--state-dir")
+        .arg(dir.path().join("lib"))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -589,8 +594,10 @@ fn a_waiting_client_that_hangs_up_frees_the_server_to_exit_when_idle() {
         .arg(dir.path().join("none.toml"))
         .arg("--socket")
         .arg(&socket)
-        .env("ETCD_SETUP_RUN_DIR", &run)
-        .env("ETCD_SETUP_STATE_DIR", dir.path().join("lib"))
+        .arg("--run-dir")
+        .arg(&run)
+        .arg("--state-dir")
+        .arg(dir.path().join("lib"))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -1,4 +1,11 @@
 use super::*;
+use crate::reason::{Failure, ReasonCode};
+use nix::unistd::{geteuid, User};
+use super::failure::hostname;
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 

@@ -40,10 +40,12 @@
 //! the group by its gid, the user database (`getpwuid`, a local file on the node).
 
 use super::{
-    evaluate, pid_alive, ErrorBody, LiveView, Reply, Request, MAX_REQUEST, MAX_WAIT,
+    evaluate, pid_alive, ErrorBody, LiveView, Reply, Request, SystemLive, MAX_REQUEST, MAX_WAIT,
     PROTOCOL_VERSION, REQUEST_TIMEOUT,
 };
+use crate::cli::ServeStatusArgs;
 use crate::report::{Loaded, StateStore};
+use crate::{config, exit};
 use anyhow::{bail, Context};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -915,6 +917,59 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, ErrorBody> {
         ));
     }
     Ok(request)
+}
+
+/// `etcd-setup serve-status`: reads the group and metrics port from the configuration
+/// (defaults when it is missing or bad: the server must answer why anyway), takes the
+/// socket from systemd or binds `--socket`, and serves until idle. Returns the exit code.
+pub fn command(args: &ServeStatusArgs) -> u8 {
+    let (group, metrics_port) = match config::load(&args.config) {
+        Ok(s) => (s.status_group, s.metrics_port),
+        Err(f) => {
+            if args.config.exists() {
+                eprintln!(
+                    "etcd-setup serve-status: {}; only root and group {} may query",
+                    f.headline(),
+                    config::DEFAULT_STATUS_GROUP
+                );
+            }
+            (
+                config::DEFAULT_STATUS_GROUP.to_string(),
+                config::DEFAULT_METRICS_PORT,
+            )
+        }
+    };
+    #[cfg(feature = "test-fixtures")]
+    let live: Arc<dyn LiveView> = match &args.live_fixture {
+        Some(file) => Arc::new(super::FileLive(file.clone())),
+        None => Arc::new(SystemLive::new(metrics_port)),
+    };
+    #[cfg(not(feature = "test-fixtures"))]
+    let live: Arc<dyn LiveView> = Arc::new(SystemLive::new(metrics_port));
+    let listener =
+        match socket_from_systemd().and_then(|l| l.map_or_else(|| bind(&args.socket), Ok)) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("etcd-setup serve-status: {e:#}");
+                return exit::serve::FAILED;
+            }
+        };
+    eprintln!(
+        "etcd-setup serve-status: serving {} for root and group {group}",
+        args.socket.display()
+    );
+    let options = Options {
+        store: StateStore::new(&args.dirs.run_dir, &args.dirs.state_dir),
+        group,
+        idle_exit: (!args.idle_exit.is_zero()).then_some(args.idle_exit),
+    };
+    match serve(listener, options, live) {
+        Ok(()) => exit::serve::OK,
+        Err(e) => {
+            eprintln!("etcd-setup serve-status: {e:#}");
+            exit::serve::FAILED
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,159 @@
+//! The command line: every subcommand, option and help text, as one clap definition.
+//!
+//! It lives in the library so that the binary (`main.rs`), the man pages and the shell
+//! completions are all made from it and cannot drift apart. The exit-code epilogues come
+//! from [`crate::exit`].
+
+use crate::{config, exit, source, status};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Installs etcd on a dedicated etcd node from the Kubernetes ISO, and reports why not.
+#[derive(Parser, Debug)]
+#[command(name = "etcd-setup", version = crate::VERSION, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The boot job: wait for the Kubernetes ISO, validate and install etcd, start it only
+    /// when all went well, and record the reason when not.
+    #[command(after_help = exit::RUN.help())]
+    Run(RunArgs),
+    /// Validate Kubernetes ISO images, CD-ROM devices or etcd tarballs offline, as `run`
+    /// would, without root and without mounting.
+    #[command(after_help = exit::CHECK.help())]
+    Check(CheckArgs),
+    /// Where this node is: the run's phase and reason, and etcd's live state and health,
+    /// from the status socket. Only root and the configured group may ask.
+    #[command(after_help = exit::STATUS.help())]
+    Status(StatusArgs),
+    /// The server behind the status socket, started by etcd-setup-status.socket; takes
+    /// the socket from systemd (LISTEN_FDS) or binds --socket, exits when idle.
+    #[command(hide = true)]
+    ServeStatus(ServeStatusArgs),
+}
+
+/// Where the agent keeps its state; moved only by tests and by hand.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StateDirs {
+    /// The live state and the lock (gone at reboot).
+    #[arg(long, value_name = "DIR", default_value = crate::report::RUN_DIR, hide = true)]
+    pub run_dir: PathBuf,
+    /// The persistent copy of the state.
+    #[arg(long, value_name = "DIR", default_value = crate::report::PERSIST_DIR, hide = true)]
+    pub state_dir: PathBuf,
+}
+
+/// `etcd-setup run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The node's configuration (TOML).
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// How long to wait for another run holding the lock (default: the ISO wait plus
+    /// etcd's start timeout plus 5 minutes), e.g. "30s".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lock_timeout: Option<Duration>,
+    /// State folders.
+    #[command(flatten)]
+    pub dirs: StateDirs,
+}
+
+/// `etcd-setup check`.
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// ISO image files, CD-ROM devices (e.g. /dev/sr0) or etcd release tarballs.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Require this SHA-256 (hex) of the compressed tarball.
+    #[arg(long, value_name = "HEX", value_parser = parse_sha256)]
+    pub sha256: Option<[u8; 32]>,
+    /// Where the tarball sits inside an ISO.
+    #[arg(long, value_name = "PATH", default_value = source::DEFAULT_ARCHIVE_PATH)]
+    pub archive_path: String,
+}
+
+/// `etcd-setup status`.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Wait until the verdict is final (running or failed), pushed by the server.
+    #[arg(long)]
+    pub wait: bool,
+    /// The longest --wait, e.g. "5min".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10min")]
+    pub timeout: Duration,
+    /// Output format; json is the answer of the socket (schema in the README).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Labelled lines instead of one.
+    #[arg(long)]
+    pub long: bool,
+    /// The status socket.
+    #[arg(long, value_name = "PATH", default_value = status::SOCKET, hide = true)]
+    pub socket: PathBuf,
+}
+
+/// `etcd-setup serve-status`.
+#[derive(clap::Args, Debug)]
+pub struct ServeStatusArgs {
+    /// The socket to bind when systemd passes none.
+    #[arg(long, value_name = "PATH", default_value = status::SOCKET)]
+    pub socket: PathBuf,
+    /// Exit after this long without a connection ("0" never exits).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub idle_exit: Duration,
+    /// The node's configuration (for [report] status_group and etcd.metrics_port).
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// State folders.
+    #[command(flatten)]
+    pub dirs: StateDirs,
+    /// Tests only: etcd's live view from this JSON file instead of systemd and etcd.
+    #[cfg(feature = "test-fixtures")]
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub live_fixture: Option<PathBuf>,
+}
+
+/// Text for people, JSON for programs.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Debug)]
+pub enum Format {
+    /// One line per result (`--long`: labelled lines).
+    Text,
+    /// One JSON document on stdout.
+    Json,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    config::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration like 90s, 15min or 1h"))
+}
+
+fn parse_sha256(text: &str) -> Result<[u8; 32], String> {
+    let text = text.trim();
+    config::parse_sha256(text).ok_or_else(|| {
+        format!(
+            "a SHA-256 is 64 hex digits, got {} characters",
+            text.chars().count()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,198 @@
+//! Exit codes of every command: a contract once released (SPEC, "Commands").
+//!
+//! This module is their one home. The code uses the constants; `--help` prints
+//! [`Table::help`]; the README's tables are [`Table::markdown`], and a test keeps the
+//! README in step with them.
+
+/// The command line is wrong: clap's own exit code, the same for every command.
+pub const USAGE: u8 = 2;
+
+/// Exit codes of `etcd-setup run`.
+pub mod run {
+    /// etcd is installed, enabled, active and healthy.
+    pub const OK: u8 = 0;
+    /// The run failed; the reason is in the failure file.
+    pub const FAILED: u8 = 1;
+    /// The configuration file is missing or invalid (`config-invalid`).
+    pub const CONFIG: u8 = 3;
+    /// Stopped by a signal (`interrupted`).
+    pub const INTERRUPTED: u8 = 4;
+    /// Another run held the lock past the wait (`locked`).
+    pub const LOCKED: u8 = 5;
+}
+
+/// Exit codes of `etcd-setup check`.
+pub mod check {
+    /// Every path holds a valid etcd release for this machine.
+    pub const OK: u8 = 0;
+    /// At least one path failed.
+    pub const FAILED: u8 = 1;
+}
+
+/// Exit codes of `etcd-setup status`.
+pub mod status {
+    /// etcd runs and is healthy.
+    pub const RUNNING: u8 = 0;
+    /// The run failed, or etcd stopped or is unhealthy since; the reason is printed.
+    pub const FAILED: u8 = 1;
+    /// A run is in progress (not finished yet).
+    pub const IN_PROGRESS: u8 = 3;
+    /// No run has started on this node yet.
+    pub const NOT_STARTED: u8 = 4;
+    /// The status socket cannot be reached, or the server refused the request.
+    pub const UNREACHABLE: u8 = 5;
+}
+
+/// Exit codes of the hidden `etcd-setup serve-status` (systemd reads them, not people).
+pub mod serve {
+    /// Served until idle.
+    pub const OK: u8 = 0;
+    /// Could not take or bind the socket, or the loop failed.
+    pub const FAILED: u8 = 1;
+}
+
+/// One exit code and what it means.
+#[derive(Debug, Clone, Copy)]
+pub struct Code {
+    /// The process's exit status.
+    pub value: u8,
+    /// One line: what the caller may conclude.
+    pub meaning: &'static str,
+}
+
+/// The exit codes of one command.
+#[derive(Debug, Clone, Copy)]
+pub struct Table {
+    /// The subcommand, e.g. `run`.
+    pub command: &'static str,
+    /// Its codes, in increasing order.
+    pub codes: &'static [Code],
+}
+
+const fn code(value: u8, meaning: &'static str) -> Code {
+    Code { value, meaning }
+}
+
+/// `etcd-setup run`.
+pub const RUN: Table = Table {
+    command: "run",
+    codes: &[
+        code(run::OK, "etcd is installed, enabled, active and healthy"),
+        code(
+            run::FAILED,
+            "the run failed; the reason is in the failure file (first line `code: sentence`)",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(
+            run::CONFIG,
+            "the configuration file is missing or invalid (config-invalid)",
+        ),
+        code(
+            run::INTERRUPTED,
+            "the run was stopped by a signal (interrupted)",
+        ),
+        code(
+            run::LOCKED,
+            "another run held the lock past --lock-timeout (locked; nothing recorded: the other run reports)",
+        ),
+    ],
+};
+
+/// `etcd-setup check`.
+pub const CHECK: Table = Table {
+    command: "check",
+    codes: &[
+        code(
+            check::OK,
+            "every PATH holds a valid etcd release for this machine",
+        ),
+        code(
+            check::FAILED,
+            "at least one PATH failed; its reason code and sentence are printed",
+        ),
+        code(USAGE, "the command line is wrong"),
+    ],
+};
+
+/// `etcd-setup status`.
+pub const STATUS: Table = Table {
+    command: "status",
+    codes: &[
+        code(status::RUNNING, "etcd is running and healthy"),
+        code(
+            status::FAILED,
+            "failed: the run failed, was interrupted, or etcd stopped or is unhealthy since; the reason is printed (`code: sentence`)",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(
+            status::IN_PROGRESS,
+            "a run is in progress (not finished yet; also when --wait ran out)",
+        ),
+        code(status::NOT_STARTED, "not started: no run has begun on this node"),
+        code(
+            status::UNREACHABLE,
+            "the status socket cannot be reached, or the server refused the request (not in the group, busy)",
+        ),
+    ],
+};
+
+/// Every command's table, in the README's order.
+pub const ALL: &[Table] = &[RUN, CHECK, STATUS];
+
+impl Table {
+    /// The `--help` epilogue: `Exit codes of `run`:` and one line per code.
+    pub fn help(&self) -> String {
+        let mut out = format!("Exit codes of `{}`:", self.command);
+        for c in self.codes {
+            out.push_str(&format!("\n  {}  {}", c.value, c.meaning));
+        }
+        out
+    }
+
+    /// The README's table for this command.
+    pub fn markdown(&self) -> String {
+        let mut out = format!(
+            "| `{}` exit code | meaning |\n| --- | --- |\n",
+            self.command
+        );
+        for c in self.codes {
+            out.push_str(&format!("| {} | {} |\n", c.value, c.meaning));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_and_in_order_in_every_table() {
+        for t in ALL {
+            let values: Vec<u8> = t.codes.iter().map(|c| c.value).collect();
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(values, sorted, "{}", t.command);
+            assert!(
+                values.contains(&USAGE),
+                "{} lacks the usage code",
+                t.command
+            );
+        }
+    }
+
+    /// The README is where operators read the contract: its tables are these tables.
+    #[test]
+    fn the_readme_carries_every_table_as_generated() {
+        let readme = include_str!("../README.md");
+        for t in ALL {
+            assert!(
+                readme.contains(&t.markdown()),
+                "README.md lacks the exit codes of `{}` as generated; paste:\n{}",
+                t.command,
+                t.markdown()
+            );
+        }
+    }
+}

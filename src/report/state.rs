@@ -1,0 +1,340 @@
+//! The state files `status` answers from: the live copy and the persistent one.
+
+use super::atomic::atomic_write;
+use super::failure::one_line;
+use super::time::{rfc3339, unix_ms};
+use super::{DIR_MODE, FILE_MODE, MAX_STATE, SCHEMA_VERSION, STATE_FILE};
+use crate::reason::{Failure, ReasonCode};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// Where a run is, in order; `Failed` ends a run that did not reach `Running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// No run has begun.
+    NotStarted,
+    /// Looking for the Kubernetes ISO.
+    WaitingForIso,
+    /// Checking the etcd archive.
+    Validating,
+    /// Putting the binaries and the unit in place.
+    Installing,
+    /// Starting etcd and confirming it is up.
+    Starting,
+    /// etcd is installed, enabled and was confirmed up.
+    Running,
+    /// The run ended without etcd running; the reason says why.
+    Failed,
+}
+
+impl Phase {
+    /// The phase as `status` and the JSON show it, e.g. `waiting-for-iso`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::NotStarted => "not-started",
+            Phase::WaitingForIso => "waiting-for-iso",
+            Phase::Validating => "validating",
+            Phase::Installing => "installing",
+            Phase::Starting => "starting",
+            Phase::Running => "running",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a run failed, as the state records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reason {
+    /// The stable reason code.
+    pub code: ReasonCode,
+    /// The sentence of the failure file's first line.
+    pub message: String,
+}
+
+impl From<&Failure> for Reason {
+    fn from(failure: &Failure) -> Self {
+        Reason {
+            code: failure.code,
+            message: one_line(&failure.message),
+        }
+    }
+}
+
+/// When a phase was entered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseStamp {
+    /// The phase.
+    pub phase: Phase,
+    /// RFC 3339, UTC, to the second.
+    pub at: String,
+    /// Milliseconds since the UNIX epoch.
+    pub unix_ms: u64,
+}
+
+/// What a run did and where it is: the JSON of `state.json` (schema version 1).
+///
+/// Field names are snake_case, phases kebab-case; absent values are `null`. Readers ignore
+/// fields they do not know, so later versions may add some without a new schema version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The current phase.
+    pub phase: Phase,
+    /// Why the run failed, in phase `failed`.
+    pub reason: Option<Reason>,
+    /// The device holding the ISO used, e.g. `/dev/sr0`.
+    pub device: Option<String>,
+    /// Its volume label.
+    pub label: Option<String>,
+    /// The etcd archive's SHA-256, lowercase hex.
+    pub sha256: Option<String>,
+    /// The etcd version installed, e.g. `3.5.16`.
+    pub etcd_version: Option<String>,
+    /// A human line on the current phase, e.g. `waiting for the Kubernetes ISO, 12 s of
+    /// 600 s`.
+    pub progress: Option<String>,
+    /// Every phase entered, in order.
+    pub phases: Vec<PhaseStamp>,
+    /// The process that wrote the state.
+    pub pid: Option<u32>,
+    /// The agent that wrote it: [`crate::VERSION`].
+    pub agent_version: String,
+    /// When it was last changed, RFC 3339, UTC.
+    pub updated_at: String,
+    /// The same, in milliseconds since the UNIX epoch.
+    #[serde(default)]
+    pub updated_unix_ms: u64,
+    /// This member's etcd name (`node.name`), recorded when the run starts, so `status`
+    /// names it without reading the configuration. `null` in states of older agents.
+    #[serde(default)]
+    pub member_name: Option<String>,
+    /// etcd.service's `NRestarts` when this run confirmed it running: `status` counts the
+    /// restarts since from it. `null` before `running`, and in states of older agents.
+    #[serde(default)]
+    pub confirmed_n_restarts: Option<u32>,
+}
+
+impl State {
+    /// A new run's state, in `phase` since now, written by this process.
+    pub fn begin(phase: Phase) -> State {
+        State::begin_at(phase, SystemTime::now())
+    }
+
+    /// A new run's state, in `phase` since `now`, written by this process.
+    pub fn begin_at(phase: Phase, now: SystemTime) -> State {
+        State {
+            schema_version: SCHEMA_VERSION,
+            phase,
+            reason: None,
+            device: None,
+            label: None,
+            sha256: None,
+            etcd_version: None,
+            progress: None,
+            phases: vec![PhaseStamp {
+                phase,
+                at: rfc3339(now),
+                unix_ms: unix_ms(now),
+            }],
+            pid: Some(std::process::id()),
+            agent_version: crate::VERSION.to_string(),
+            updated_at: rfc3339(now),
+            updated_unix_ms: unix_ms(now),
+            member_name: None,
+            confirmed_n_restarts: None,
+        }
+    }
+
+    /// Moves to `phase` at `now`, stamping it; the progress line is cleared, and so is
+    /// the reason unless the phase is `failed`.
+    pub fn enter(&mut self, phase: Phase, now: SystemTime) {
+        self.phase = phase;
+        self.progress = None;
+        if phase != Phase::Failed {
+            self.reason = None;
+        }
+        self.phases.push(PhaseStamp {
+            phase,
+            at: rfc3339(now),
+            unix_ms: unix_ms(now),
+        });
+        self.touch(now);
+    }
+
+    /// Records `failure` as the reason and enters `failed` at `now`.
+    pub fn fail(&mut self, failure: &Failure, now: SystemTime) {
+        self.enter(Phase::Failed, now);
+        self.reason = Some(Reason::from(failure));
+    }
+
+    /// Marks the state changed at `now` (after a progress line, say).
+    pub fn touch(&mut self, now: SystemTime) {
+        self.updated_at = rfc3339(now);
+        self.updated_unix_ms = unix_ms(now);
+    }
+
+    /// Whether the state was last changed at or after `t` (to the millisecond).
+    pub fn updated_after(&self, t: SystemTime) -> bool {
+        self.updated_unix_ms >= unix_ms(t)
+    }
+}
+
+/// A loaded state with what was noticed on the way.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The state, or `None` when neither copy exists or is readable.
+    pub state: Option<State>,
+    /// The file it came from.
+    pub from: Option<PathBuf>,
+    /// Copies that were skipped and why (corrupt, unknown schema, unreadable).
+    pub notes: Vec<String>,
+}
+
+/// The two copies of `state.json`: live under `/run`, persistent under `/var/lib`.
+#[derive(Debug, Clone)]
+pub struct StateStore {
+    run_dir: PathBuf,
+    persist_dir: PathBuf,
+}
+
+impl StateStore {
+    /// A store in `run_dir` (live) and `persist_dir` (kept across reboots).
+    pub fn new(run_dir: impl Into<PathBuf>, persist_dir: impl Into<PathBuf>) -> StateStore {
+        StateStore {
+            run_dir: run_dir.into(),
+            persist_dir: persist_dir.into(),
+        }
+    }
+
+    /// The store at [`RUN_DIR`] and [`PERSIST_DIR`].
+    pub fn system() -> StateStore {
+        StateStore::new(super::RUN_DIR, super::PERSIST_DIR)
+    }
+
+    /// The live copy's path.
+    pub fn run_path(&self) -> PathBuf {
+        self.run_dir.join(STATE_FILE)
+    }
+
+    /// The persistent copy's path.
+    pub fn persist_path(&self) -> PathBuf {
+        self.persist_dir.join(STATE_FILE)
+    }
+
+    /// Writes both copies atomically, creating the folders (root's, 0755) when missing.
+    /// Tries both even when one fails; returns the first error, naming its file.
+    pub fn save(&self, state: &State) -> io::Result<()> {
+        let live = self.save_live(state);
+        let kept = write_state(&self.persist_path(), state);
+        live.and(kept)
+    }
+
+    /// Writes only the live copy: for progress lines between phases, which need not
+    /// survive a reboot nor cost a disk flush.
+    pub fn save_live(&self, state: &State) -> io::Result<()> {
+        write_state(&self.run_path(), state)
+    }
+
+    /// The latest state: the live copy, or after a reboot (which empties `/run`) the
+    /// persistent one. A corrupt copy counts as absent. Fails only when a copy exists but
+    /// cannot be read and no other copy can.
+    pub fn load(&self) -> io::Result<Option<State>> {
+        let mut first_error = None;
+        for path in [self.run_path(), self.persist_path()] {
+            match read_state(&path) {
+                Ok(Some(s)) => return Ok(Some(s)),
+                Ok(None) | Err(ReadError::Invalid(_)) => {}
+                Err(ReadError::Io(e)) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(None), Err)
+    }
+
+    /// Like [`load`](Self::load), and says which copy answered and what was skipped.
+    pub fn load_detailed(&self) -> Loaded {
+        let mut loaded = Loaded::default();
+        for path in [self.run_path(), self.persist_path()] {
+            match read_state(&path) {
+                Ok(Some(s)) => {
+                    loaded.state = Some(s);
+                    loaded.from = Some(path);
+                    break;
+                }
+                Ok(None) => {}
+                Err(ReadError::Invalid(why)) => loaded
+                    .notes
+                    .push(format!("{}: {why}; ignored", path.display())),
+                Err(ReadError::Io(e)) => loaded
+                    .notes
+                    .push(format!("{}: cannot read: {e}; ignored", path.display())),
+            }
+        }
+        loaded
+    }
+}
+
+enum ReadError {
+    Io(io::Error),
+    Invalid(String),
+}
+
+/// Writes one copy, naming the file in the error.
+fn write_state(path: &Path, state: &State) -> io::Result<()> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(dir)
+            .map_err(named)?;
+    }
+    let mut json = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
+    json.push(b'\n');
+    atomic_write(path, &json, FILE_MODE, None).map_err(named)
+}
+
+fn read_state(path: &Path) -> Result<Option<State>, ReadError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ReadError::Io(e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_STATE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(ReadError::Io)?;
+    if bytes.len() as u64 > MAX_STATE {
+        return Err(ReadError::Invalid(format!("larger than {MAX_STATE} bytes")));
+    }
+    // The version first, so a later schema is told apart from a corrupt file.
+    #[derive(Deserialize)]
+    struct Version {
+        schema_version: u32,
+    }
+    let version: Version = serde_json::from_slice(&bytes)
+        .map_err(|e| ReadError::Invalid(format!("corrupt state ({e})")))?;
+    if version.schema_version != SCHEMA_VERSION {
+        return Err(ReadError::Invalid(format!(
+            "schema version {} (this agent reads {SCHEMA_VERSION})",
+            version.schema_version
+        )));
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| ReadError::Invalid(format!("corrupt state ({e})")))
+}

@@ -1,0 +1,188 @@
+//! etcd's live view: etcd.service over D-Bus and its health endpoint, asked when an answer is built.
+
+use crate::health::{self, Health};
+use crate::systemd::{Systemd, UnitState};
+use crate::unit::ETCD_UNIT;
+use std::net::SocketAddr;
+#[cfg(feature = "test-fixtures")]
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What the live view of etcd found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdLive {
+    /// etcd.service's properties.
+    pub unit: UnitState,
+    /// Its health endpoint.
+    pub health: Health,
+    /// The version the running etcd reports on `/metrics`; `None` when it is not active
+    /// or could not be read.
+    pub version: Option<String>,
+}
+
+/// Where the answer's live view of etcd comes from: systemd and the health endpoint on a
+/// node ([`SystemLive`]), a fixture in tests.
+pub trait LiveView: Send + Sync {
+    /// etcd's state now, or why it cannot be read.
+    fn etcd(&self) -> Result<EtcdLive, String>;
+}
+
+/// The live view on a node: `etcd.service` over D-Bus (one connection, kept) and
+/// `GET /health` on the metrics port. Results are kept for [`SystemLive::TTL`], so a
+/// burst of clients costs one round trip, not one each.
+pub struct SystemLive {
+    metrics: SocketAddr,
+    systemd: Mutex<Option<Systemd>>,
+    cache: Mutex<Option<(Instant, Result<EtcdLive, String>)>>,
+    pub(super) version: Mutex<Option<VersionSeen>>,
+}
+
+/// The running etcd's version, read once per etcd process: it cannot change without a
+/// restart, which changes `MainPID` and `ActiveEnterTimestamp`.
+pub(super) struct VersionSeen {
+    /// `(MainPID, ActiveEnterTimestamp)` of the process read.
+    process: (u32, u64),
+    /// What it said.
+    version: Option<String>,
+    /// After a failed read: when to try again.
+    pub(super) retry_at: Option<Instant>,
+}
+
+impl SystemLive {
+    /// How long one look is reused.
+    pub const TTL: Duration = Duration::from_millis(500);
+    /// The longest read of `/metrics` for the version.
+    pub const VERSION_DEADLINE: Duration = Duration::from_secs(2);
+    /// How long a failed version read stands before the same process is asked again.
+    pub const VERSION_RETRY: Duration = Duration::from_secs(10);
+
+    /// A live view asking etcd's health on 127.0.0.1:`metrics_port`.
+    pub fn new(metrics_port: u16) -> SystemLive {
+        SystemLive {
+            metrics: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
+            systemd: Mutex::new(None),
+            cache: Mutex::new(None),
+            version: Mutex::new(None),
+        }
+    }
+
+    /// The running etcd's version: from the cache while the process is the same, else
+    /// from `/metrics` (a streaming read that stops at the version line).
+    pub(super) fn live_version(&self, unit: &UnitState) -> Option<String> {
+        let process = (unit.main_pid, unit.active_enter_timestamp_us);
+        let mut seen = self.version.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = seen.as_ref().filter(|v| v.process == process) {
+            if v.retry_at.is_none_or(|at| Instant::now() < at) {
+                return v.version.clone();
+            }
+        }
+        let read = health::server_version(self.metrics, Self::VERSION_DEADLINE).ok();
+        *seen = Some(VersionSeen {
+            process,
+            retry_at: read.is_none().then(|| Instant::now() + Self::VERSION_RETRY),
+            version: read.clone(),
+        });
+        read
+    }
+
+    fn look(&self) -> Result<EtcdLive, String> {
+        let unit = {
+            let mut sd = self.systemd.lock().unwrap_or_else(|e| e.into_inner());
+            if sd.is_none() {
+                *sd = Some(Systemd::connect().map_err(|f| f.message)?);
+            }
+            let Some(conn) = sd.as_ref() else {
+                return Err("no systemd connection".into());
+            };
+            match conn.unit_state(ETCD_UNIT) {
+                Ok(u) => u,
+                Err(f) => {
+                    // A broken connection is made again on the next look.
+                    *sd = None;
+                    return Err(f.message);
+                }
+            }
+        };
+        let (health, version) = if unit.is_active() {
+            (
+                health::check(self.metrics, Duration::from_secs(1)),
+                self.live_version(&unit),
+            )
+        } else {
+            (
+                Health::Unreachable(format!("etcd.service is {}", unit.active_state)),
+                None,
+            )
+        };
+        Ok(EtcdLive {
+            unit,
+            health,
+            version,
+        })
+    }
+}
+
+impl LiveView for SystemLive {
+    fn etcd(&self) -> Result<EtcdLive, String> {
+        // One look at a time; the others reuse it.
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, seen)) = cache.as_ref() {
+            if at.elapsed() < Self::TTL {
+                return seen.clone();
+            }
+        }
+        let seen = self.look();
+        *cache = Some((Instant::now(), seen.clone()));
+        seen
+    }
+}
+
+/// A live view read from a JSON file on every look (a test fixture, named by the
+/// hidden `--live-fixture` option of `serve-status`, built with the `test-fixtures` feature): `{"unit":{UnitState fields},
+/// "health":"healthy"|"unhealthy: …"|"unreachable: …", "version":"3.5.1"}` (version
+/// optional), or `{"error":"…"}`.
+#[cfg(feature = "test-fixtures")]
+pub struct FileLive(pub PathBuf);
+
+#[cfg(feature = "test-fixtures")]
+impl LiveView for FileLive {
+    fn etcd(&self) -> Result<EtcdLive, String> {
+        #[derive(serde::Deserialize)]
+        struct Fixture {
+            #[serde(default)]
+            unit: UnitState,
+            #[serde(default)]
+            health: String,
+            #[serde(default)]
+            version: Option<String>,
+            error: Option<String>,
+        }
+        let bytes = std::fs::read(&self.0).map_err(|e| format!("{}: {e}", self.0.display()))?;
+        let f: Fixture =
+            serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", self.0.display()))?;
+        if let Some(e) = f.error {
+            return Err(e);
+        }
+        let health = match f.health.split_once(": ") {
+            _ if f.health == "healthy" => Health::Healthy,
+            Some(("unhealthy", why)) => Health::Unhealthy(why.into()),
+            Some((_, why)) => Health::Unreachable(why.into()),
+            None => Health::Unreachable(f.health),
+        };
+        Ok(EtcdLive {
+            unit: f.unit,
+            health,
+            version: f.version,
+        })
+    }
+}
+
+/// `health` as the answer shows it.
+pub fn health_text(health: &Health) -> String {
+    match health {
+        Health::Healthy => "healthy".into(),
+        Health::Unhealthy(why) => format!("unhealthy: {why}"),
+        Health::Unreachable(why) => format!("unreachable: {why}"),
+    }
+}

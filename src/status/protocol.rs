@@ -1,0 +1,189 @@
+//! The protocol's messages: the request, the answer (JSON schema 1) and error replies.
+
+use crate::exit::status as exit;
+use crate::report::{Phase, PhaseStamp, Reason};
+use serde::{Deserialize, Serialize};
+
+/// A request: one line of JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// Hold the answer until the verdict is terminal or `timeout_ms` passed.
+    #[serde(default)]
+    pub wait: bool,
+    /// The longest wait, in milliseconds (capped at [`MAX_WAIT`]).
+    #[serde(default)]
+    pub timeout_ms: u64,
+}
+
+/// The verdict: what the exit code says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// etcd runs and is healthy.
+    Running,
+    /// The run failed, was interrupted, or etcd is unhealthy since.
+    Failed,
+    /// A run is under way.
+    InProgress,
+    /// No run has begun.
+    NotStarted,
+}
+
+impl Verdict {
+    /// The verdict as JSON and text show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Running => "running",
+            Verdict::Failed => "failed",
+            Verdict::InProgress => "in-progress",
+            Verdict::NotStarted => "not-started",
+        }
+    }
+
+    /// The exit code of `status` for this verdict.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Running => exit::RUNNING,
+            Verdict::Failed => exit::FAILED,
+            Verdict::InProgress => exit::IN_PROGRESS,
+            Verdict::NotStarted => exit::NOT_STARTED,
+        }
+    }
+
+    /// Whether `--wait` ends on this verdict.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Verdict::Running | Verdict::Failed)
+    }
+}
+
+/// The process of the run that wrote the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunView {
+    /// Its PID, when a state exists.
+    pub pid: Option<u32>,
+    /// Whether it is still alive (in this boot).
+    pub alive: bool,
+}
+
+/// etcd as systemd and its health endpoint see it now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdView {
+    /// `ActiveState`, e.g. `active`, `activating`, `failed`.
+    pub active_state: String,
+    /// `SubState`, e.g. `running`, `auto-restart`.
+    pub sub_state: String,
+    /// `NRestarts`: automatic restarts since the last start job.
+    pub n_restarts: u32,
+    /// `ActiveEnterTimestamp`, µs since the epoch; 0 if never active.
+    pub active_enter_timestamp_us: u64,
+    /// `healthy`, `unhealthy: …` or `unreachable: …`.
+    pub health: String,
+    /// The version the running etcd reports (`etcd_server_version` on its `/metrics`);
+    /// `null` when it is not active or does not say.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Automatic restarts since `etcd-setup run` confirmed etcd running (`n_restarts`
+    /// then subtracted), or since a manual start after that (which resets `n_restarts`);
+    /// `null` when the state records no such count (written by an older agent).
+    #[serde(default)]
+    pub restarts_since_confirmed: Option<u32>,
+}
+
+/// The answer to a request (schema version 1; fields may be added, never changed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The run's phase, e.g. `waiting-for-iso`; `not-started` when no state exists.
+    pub phase: Phase,
+    /// A human line on the current phase.
+    pub progress: Option<String>,
+    /// Why the verdict is `failed`.
+    pub reason: Option<Reason>,
+    /// The ISO's device.
+    pub device: Option<String>,
+    /// The ISO's volume label.
+    pub label: Option<String>,
+    /// The etcd archive's SHA-256.
+    pub sha256: Option<String>,
+    /// The etcd version installed.
+    pub etcd_version: Option<String>,
+    /// This member's etcd name (`node.name`), as the run recorded it; `null` before a
+    /// run read the configuration, or from an older agent's state.
+    #[serde(default)]
+    pub member_name: Option<String>,
+    /// Every phase entered, with its time.
+    pub phases: Vec<PhaseStamp>,
+    /// The run's process.
+    pub run: RunView,
+    /// etcd's live view; `null` before etcd is installed, or when it cannot be read.
+    pub etcd: Option<EtcdView>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The exit code `etcd-setup status` gives for it.
+    pub exit_code: u8,
+    /// When the state last changed, RFC 3339.
+    pub updated_at: Option<String>,
+    /// The state file the answer comes from.
+    pub state_file: Option<String>,
+}
+
+/// An error reply's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// `forbidden`, `bad-request`, `request-too-large`, `request-timeout`,
+    /// `unsupported-version`, `busy` or `internal-error`.
+    pub code: String,
+    /// One sentence.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// An error with `code` and `message`.
+    pub fn new(code: &str, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A reply: an answer or an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The status.
+    Answer(Box<Answer>),
+    /// The request was refused.
+    Error(ErrorBody),
+}
+
+impl Reply {
+    /// The reply's JSON, one line with a newline.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut bytes = match self {
+            Reply::Answer(a) => serde_json::to_vec(a),
+            Reply::Error(e) => serde_json::to_vec(&serde_json::json!({ "error": e })),
+        }
+        .unwrap_or_else(|_| {
+            br#"{"error":{"code":"internal-error","message":"cannot encode the reply"}}"#.to_vec()
+        });
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// Reads a reply's JSON.
+    pub fn parse(bytes: &[u8]) -> Result<Reply, String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("the reply is not JSON: {e}"))?;
+        if let Some(error) = value.get("error") {
+            return serde_json::from_value(error.clone())
+                .map(Reply::Error)
+                .map_err(|e| format!("the error reply is malformed: {e}"));
+        }
+        serde_json::from_value(value)
+            .map(|a| Reply::Answer(Box::new(a)))
+            .map_err(|e| format!("the answer is malformed: {e}"))
+    }
+}

@@ -1,0 +1,115 @@
+//! The answer as text: one line, or labelled lines with `--long`.
+
+use super::protocol::{Answer, Verdict};
+use std::time::{Duration, UNIX_EPOCH};
+
+/// The one-line summary, e.g. `running: member etcd-1, etcd 3.5.16 active, healthy (0
+/// restarts)`. The version is the running etcd's, else the installed one.
+pub fn text_line(a: &Answer) -> String {
+    match a.verdict {
+        Verdict::Running => {
+            let (state, health, restarts) = a.etcd.as_ref().map_or_else(
+                || ("unknown".to_string(), "unknown".to_string(), 0),
+                |e| (e.active_state.clone(), e.health.clone(), e.n_restarts),
+            );
+            let member = a
+                .member_name
+                .as_ref()
+                .map(|m| format!("member {m}, "))
+                .unwrap_or_default();
+            let version = a
+                .etcd
+                .as_ref()
+                .and_then(|e| e.version.as_deref())
+                .or(a.etcd_version.as_deref())
+                .unwrap_or("(version unknown)");
+            format!(
+                "running: {member}etcd {version} {state}, {health} ({restarts} restart{})",
+                if restarts == 1 { "" } else { "s" }
+            )
+        }
+        Verdict::Failed => match &a.reason {
+            Some(r) => format!("failed: {}: {}", r.code, r.message),
+            None => "failed: (no reason recorded)".into(),
+        },
+        Verdict::InProgress | Verdict::NotStarted => format!(
+            "{}: {}",
+            a.phase,
+            a.progress.as_deref().unwrap_or(a.phase.as_str())
+        ),
+    }
+}
+
+/// The `etcd:` line of `--long`: the installed version and the running one, and whether
+/// they differ.
+fn versions_text(a: &Answer) -> String {
+    let installed = a.etcd_version.as_deref().unwrap_or("-");
+    let sha = a.sha256.as_deref().unwrap_or("-");
+    let running = match a.etcd.as_ref().and_then(|e| e.version.as_deref()) {
+        None => "unknown".to_string(),
+        Some(v) if a.etcd_version.as_deref().is_some_and(|i| i != v) => {
+            format!("{v} (not the installed {installed}: etcd.service runs another binary, or was not restarted since the install)")
+        }
+        Some(v) => v.to_string(),
+    };
+    format!("installed {installed} (sha256 {sha}), running {running}")
+}
+
+/// `--long`: labelled lines.
+pub fn text_long(a: &Answer) -> String {
+    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut out = format!("verdict:  {}\n", a.verdict.as_str());
+    out.push_str(&format!("phase:    {}\n", a.phase));
+    if let Some(r) = &a.reason {
+        out.push_str(&format!("reason:   {}: {}\n", r.code, r.message));
+    }
+    out.push_str(&format!("progress: {}\n", or_dash(&a.progress)));
+    out.push_str(&format!(
+        "iso:      {} (label {})\n",
+        or_dash(&a.device),
+        or_dash(&a.label)
+    ));
+    out.push_str(&format!("member:   {}\n", or_dash(&a.member_name)));
+    out.push_str(&format!("etcd:     {}\n", versions_text(a)));
+    match &a.etcd {
+        Some(e) => out.push_str(&format!(
+            "unit:     etcd.service {}/{}, {} restart(s){}, active since {}; {}\n",
+            e.active_state,
+            e.sub_state,
+            e.n_restarts,
+            e.restarts_since_confirmed
+                .map(|n| format!(" ({n} since etcd-setup confirmed it)"))
+                .unwrap_or_default(),
+            micros_text(e.active_enter_timestamp_us),
+            e.health
+        )),
+        None => out.push_str("unit:     -\n"),
+    }
+    let pid = a.run.pid.map_or_else(|| "-".into(), |p| p.to_string());
+    out.push_str(&format!(
+        "run:      pid {pid} ({})\n",
+        if a.run.alive { "alive" } else { "not running" }
+    ));
+    let phases: Vec<String> = a
+        .phases
+        .iter()
+        .map(|p| format!("{} {}", p.phase, p.at))
+        .collect();
+    out.push_str(&format!(
+        "phases:   {}\n",
+        if phases.is_empty() {
+            "-".into()
+        } else {
+            phases.join(", ")
+        }
+    ));
+    out.push_str(&format!("updated:  {}\n", or_dash(&a.updated_at)));
+    out
+}
+
+fn micros_text(us: u64) -> String {
+    if us == 0 {
+        return "never".into();
+    }
+    crate::report::rfc3339(UNIX_EPOCH + Duration::from_micros(us))
+}
