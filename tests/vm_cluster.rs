@@ -202,15 +202,21 @@ impl Cluster {
         let image = Image::from_env();
         let hub_dir = std::env::temp_dir().join(format!("etcd-setup-{tag}-{}", std::process::id()));
         let hub = Hub::start(&hub_dir, 3);
+        // Named as CloudStack names etcd nodes: cluster, "etcd", index, hex milliseconds.
         let members: Vec<(String, String)> = (1..=3)
-            .map(|i| (format!("{tag}-etcd-{i}"), format!("10.88.0.{}", 10 + i)))
+            .map(|i| {
+                let millis = (unix_now() * 1000.0) as u64 + i;
+                (
+                    format!("{tag}-etcd-{i}-{millis:x}"),
+                    format!("10.88.0.{}", 10 + i),
+                )
+            })
             .collect();
         let initial_cluster = members
             .iter()
             .map(|(n, ip)| format!("{n}={}", peer_url(ip)))
             .collect::<Vec<_>>()
             .join(",");
-        let token = format!("{tag}-{}", std::process::id());
         let started = Instant::now();
         let mut vms = Vec::new();
         for (i, (name, ip)) in members.iter().enumerate() {
@@ -230,17 +236,17 @@ impl Cluster {
                  \x20   addresses: [\"{ip}/24\"]\n"
             ));
             spec.extra_args = hub.nic_args(i, &mac);
-            spec.user_data = support::inputs::cloud_config(
+            // The platform's template, rendered as the management server renders it:
+            // 15 s x 80 attempts = a 20 min ISO wait (and peer wait).
+            spec.user_data = support::inputs::cloudstack_config(&support::inputs::CloudStackNode {
                 name,
-                &[
-                    ("NODE_IP", ip),
-                    ("INITIAL_CLUSTER", &initial_cluster),
-                    ("CLUSTER_TOKEN", &token),
-                    ("START_TIMEOUT", "15min"),
-                    ("SETTLE", "5s"),
-                    ("ISO_WAIT", "20min"),
-                ],
-            );
+                ip,
+                initial_cluster: &initial_cluster,
+                wait_time: 15,
+                attempts: 80,
+                eject: false,
+            });
+            spec.user_data_as_is = true;
             vms.push(Vm::boot(&image, spec));
         }
         let mut nodes = Vec::new();
@@ -260,6 +266,30 @@ impl Cluster {
         report(&format!(
             "cluster {tag}: three nodes answer SSH {:.1} s after the first qemu started",
             started.elapsed().as_secs_f64()
+        ));
+        // What the template wrote: one token for the whole cluster, derived from its
+        // initial cluster (so another cluster gets another one), and the ISO wait.
+        let token = support::inputs::cloudstack_token(&initial_cluster);
+        for n in &nodes {
+            let config = n.vm.ssh_ok(
+                "timeout 300 sh -c 'until [ -e /etc/etcd-setup/config.toml ]; do sleep 0.5; done'; \
+                 cat /etc/etcd-setup/config.toml",
+            );
+            for line in [
+                format!("name = \"{}\"", n.name),
+                format!("cluster_token = \"{token}\""),
+                format!("initial_cluster = \"{initial_cluster}\""),
+                "wait = \"1200s\"".to_string(),
+            ] {
+                assert!(
+                    config.contains(&line),
+                    "{}: no `{line}` in:\n{config}",
+                    n.name
+                );
+            }
+        }
+        report(&format!(
+            "cluster {tag}: every member's config.toml (from packaging/cloudstack/etcd-node.yml) has cluster_token {token}"
         ));
         let stop = Arc::new(AtomicBool::new(false));
         let pollers = nodes
@@ -428,11 +458,8 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
         .map(|m| m["name"].as_str().unwrap_or(""))
         .collect();
     names.sort();
-    assert_eq!(
-        names,
-        ["c1-etcd-1", "c1-etcd-2", "c1-etcd-3"],
-        "{members:?}"
-    );
+    let want: Vec<&str> = c.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, want, "{members:?}");
     for m in members {
         assert!(
             m["clientURLs"].as_array().is_some_and(|u| !u.is_empty()),
@@ -442,6 +469,27 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     let health = c.etcdctl(0, "endpoint health --cluster");
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
     report("cluster c1: etcdctl member list: 3 started; endpoint health --cluster: 3 healthy");
+
+    // The user-data the node got is the rendered template, verbatim, and cloud-init's
+    // own schema check accepts it; runcmd (which ran etcd-setup) finished without error.
+    let node = &c.nodes[0];
+    let got = node
+        .vm
+        .ssh_ok("sudo cat /var/lib/cloud/instance/user-data.txt");
+    assert!(got.contains(&format!("name = \"{}\"", node.name)), "{got}");
+    let schema = node
+        .vm
+        .ssh_ok("sudo cloud-init schema --config-file /var/lib/cloud/instance/user-data.txt 2>&1");
+    assert!(schema.contains("Valid cloud-config"), "{schema}");
+    let ci = node
+        .vm
+        .ssh_timeout(Duration::from_secs(120), "cloud-init status --wait --long");
+    assert!(
+        ci.status.success(),
+        "cloud-init: {}",
+        String::from_utf8_lossy(&ci.stdout)
+    );
+    report("cluster c1: packaging/cloudstack/etcd-node.yml as rendered: cloud-init schema valid, cloud-init done");
 
     // What the management server pays for a poll, in the guest: ours against systemctl.
     let (ours, systemctl) = status_against_is_active(&c.nodes[0]);
