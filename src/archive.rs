@@ -28,11 +28,6 @@ use crate::reason::{Failure, ReasonCode};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-/// Linux `ENOSPC`: no space left on the device.
-const ENOSPC: i32 = 28;
-/// Linux `EDQUOT`: disk quota exceeded.
-const EDQUOT: i32 = 122;
-
 /// Caps that stop an oversized or hostile archive early.
 ///
 /// The defaults leave wide headroom over real releases. etcd 3.5.x for linux-amd64 is about
@@ -211,48 +206,5 @@ fn unsafe_entry(archive: &str, shown: &str, why: &str) -> Failure {
 
 /// The input could not be read: the disc or image, not the archive, is at fault.
 fn read_failure(archive: &str, err: io::Error) -> Failure {
-    Failure::new(
-        ReasonCode::IsoUnreadable,
-        format!("cannot read {archive}: {err}"),
-    )
-    .with_source(err)
-}
-
-/// A filesystem error while staging: `disk-full` for ENOSPC and EDQUOT, else internal.
-fn io_failure(path: &Path, what: &str, err: io::Error) -> Failure {
-    let message = match err.raw_os_error() {
-        Some(ENOSPC | EDQUOT) => {
-            return Failure::new(
-                ReasonCode::DiskFull,
-                format!(
-                    "the disk holding {} is full ({err}); free space there and run again",
-                    path.display()
-                ),
-            )
-            .with_source(err)
-        }
-        _ => format!("{what} {}: {err}", path.display()),
-    };
-    Failure::new(ReasonCode::InternalError, message).with_source(err)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn maps_no_space_and_quota_errors_to_disk_full() {
-        for errno in [ENOSPC, EDQUOT] {
-            let f = io_failure(
-                Path::new("/var/lib/x"),
-                "cannot write",
-                io::Error::from_raw_os_error(errno),
-            );
-            assert_eq!(f.code, ReasonCode::DiskFull);
-            assert!(f.message.contains("/var/lib/x"), "{}", f.message);
-        }
-        let f = io_failure(Path::new("/x"), "cannot write", io::Error::other("boom"));
-        assert_eq!(f.code, ReasonCode::InternalError);
-        assert_eq!(f.message, "cannot write /x: boom");
-    }
+    Failure::iso_unreadable(archive, err)
 }

@@ -33,6 +33,11 @@ pub enum Command {
     /// from the status socket. Only root and the configured group may ask.
     #[command(after_help = exit::STATUS.help())]
     Status(StatusArgs),
+    /// Remove this member from its cluster through another member, then stop and
+    /// disable etcd and move its data dir aside. Refuses to break quorum or to remove the
+    /// last member; --force passes the quorum guard.
+    #[command(after_help = exit::LEAVE.help())]
+    Leave(LeaveArgs),
     /// The server behind the status socket, started by etcd-setup-status.socket; takes
     /// the socket from systemd (LISTEN_FDS) or binds --socket, exits when idle.
     #[command(hide = true)]
@@ -60,6 +65,28 @@ pub struct RunArgs {
     /// etcd's start timeout plus 5 minutes), e.g. "30s".
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub lock_timeout: Option<Duration>,
+    /// Join the cluster again on a node that left it with `etcd-setup leave` (without
+    /// it, such a node does nothing: exit 6).
+    #[arg(long)]
+    pub rejoin: bool,
+    /// State folders.
+    #[command(flatten)]
+    pub dirs: StateDirs,
+}
+
+/// `etcd-setup leave`.
+#[derive(clap::Args, Debug)]
+pub struct LeaveArgs {
+    /// The node's configuration (TOML).
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Leave even when the members left would have no quorum, or one member would be
+    /// left of two.
+    #[arg(long)]
+    pub force: bool,
+    /// How long to wait for a run of etcd-setup holding the lock, e.g. "30s".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    pub lock_timeout: Duration,
     /// State folders.
     #[command(flatten)]
     pub dirs: StateDirs,
@@ -78,7 +105,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "HEX", value_parser = parse_sha256)]
     pub sha256: Option<[u8; 32]>,
     /// Where the tarball sits inside an ISO.
-    #[arg(long, value_name = "PATH", default_value = source::DEFAULT_ARCHIVE_PATH)]
+    #[arg(long, value_name = "PATH", default_value = source::DEFAULT_ARCHIVE_PATH,
+          value_parser = parse_archive_path)]
     pub archive_path: String,
 }
 
@@ -135,6 +163,16 @@ pub enum Format {
 fn parse_duration(text: &str) -> Result<Duration, String> {
     config::parse_duration(text)
         .ok_or_else(|| format!("{text:?} is not a duration like 90s, 15min or 1h"))
+}
+
+fn parse_archive_path(text: &str) -> Result<String, String> {
+    if text.trim_matches('/').trim().is_empty() {
+        return Err(format!(
+            "the path of the tarball inside the ISO cannot be empty, e.g. {}",
+            source::DEFAULT_ARCHIVE_PATH
+        ));
+    }
+    Ok(text.to_string())
 }
 
 fn parse_sha256(text: &str) -> Result<[u8; 32], String> {

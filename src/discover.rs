@@ -14,7 +14,7 @@
 //!   folder (an ISO built without etcd), versus cloud-init seeds and config drives, which
 //!   are left alone and never mounted.
 
-use crate::iso9660::{self, IsoImage};
+use crate::iso9660::{self, IsoFile, IsoImage};
 use crate::reason::{Failure, ReasonCode};
 use nix::sys::socket::{
     bind, recvfrom, socket, AddressFamily, NetlinkAddr, SockFlag, SockProtocol, SockType,
@@ -48,6 +48,14 @@ pub enum Disc {
         /// Volume label.
         label: String,
     },
+    /// A disc whose archive path is a link or another special file: refused as the
+    /// archive pass refuses one inside the tarball.
+    UnsafeArchive {
+        /// Volume label.
+        label: String,
+        /// What the reader found there.
+        why: String,
+    },
     /// The Kubernetes ISO.
     Kubernetes {
         /// Volume label.
@@ -67,6 +75,9 @@ impl Disc {
             Disc::NotIso => "not iso9660".into(),
             Disc::Unreadable(e) => format!("unreadable iso9660: {e}"),
             Disc::Seed { label } => format!("iso9660, label {label}, cloud-init seed"),
+            Disc::UnsafeArchive { label, why } => {
+                format!("iso9660, label {label}, unsafe archive path: {why}")
+            }
             Disc::OtherIso { label } => {
                 format!("iso9660, label {label}, neither the etcd archive nor a k8s/ folder")
             }
@@ -80,9 +91,43 @@ impl Disc {
     }
 }
 
+/// The Kubernetes ISO holding the archive, as discovery read it: the open disc, its
+/// parsed image and the archive's entry. The validator reads the archive from it, so the
+/// disc is opened and parsed once ([`crate::source::validate_found`]).
+pub struct FoundIso {
+    /// The device, e.g. `/dev/sr0`.
+    pub device: PathBuf,
+    /// Its volume label.
+    pub label: String,
+    /// The parsed image, over the open device.
+    pub image: IsoImage<File>,
+    /// The archive's entry in it.
+    pub archive: IsoFile,
+    /// When discovery began to look at the device (right after its uevent, or in the
+    /// first scan).
+    pub seen_at: std::time::SystemTime,
+}
+
 /// Reads enough of `device` to tell what it holds. Reads only volume descriptors and
 /// directories, never the archive.
 pub fn classify(device: &Path, archive_path: &str) -> Disc {
+    look(device, archive_path).0
+}
+
+impl std::fmt::Debug for FoundIso {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FoundIso")
+            .field("device", &self.device)
+            .field("label", &self.label)
+            .field("archive", &self.archive)
+            .field("seen_at", &self.seen_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`classify`], keeping the open, parsed disc when it holds the archive.
+fn look(device: &Path, archive_path: &str) -> (Disc, Option<FoundIso>) {
+    let seen_at = std::time::SystemTime::now();
     let mut file = match File::open(device) {
         Ok(f) => f,
         // ENOMEDIUM: empty drive. EIO/ENXIO right after a change: not ready yet; a later
@@ -93,41 +138,53 @@ pub fn classify(device: &Path, archive_path: &str) -> Disc {
                 Some(libc_errno::ENOMEDIUM | libc_errno::ENXIO)
             ) =>
         {
-            return Disc::NoMedium
+            return (Disc::NoMedium, None)
         }
-        Err(e) => return Disc::Unreadable(format!("cannot open: {e}")),
+        Err(e) => return (Disc::Unreadable(format!("cannot open: {e}")), None),
     };
     match iso9660::is_iso9660(&mut file) {
         Ok(true) => {}
-        Ok(false) => return Disc::NotIso,
-        Err(e) if e.raw_os_error() == Some(libc_errno::ENOMEDIUM) => return Disc::NoMedium,
-        Err(e) => return Disc::Unreadable(e.to_string()),
+        Ok(false) => return (Disc::NotIso, None),
+        Err(e) if e.raw_os_error() == Some(libc_errno::ENOMEDIUM) => return (Disc::NoMedium, None),
+        Err(e) => return (Disc::Unreadable(e.to_string()), None),
     }
     let mut iso = match IsoImage::open(file) {
         Ok(iso) => iso,
-        Err(e) => return Disc::Unreadable(e.to_string()),
+        Err(e) => return (Disc::Unreadable(e.to_string()), None),
     };
     let label = iso.volume_label().to_string();
-    let has_archive = match iso.find(archive_path) {
-        Ok(found) => found.is_some(),
-        Err(e) => return Disc::Unreadable(e.to_string()),
+    let archive = match iso.find(archive_path) {
+        Ok(found) => found,
+        Err(e) if e.is_unsafe() => {
+            let why = e.to_string();
+            return (Disc::UnsafeArchive { label, why }, None);
+        }
+        Err(e) => return (Disc::Unreadable(e.to_string()), None),
     };
     let top_level = iso.list_root().unwrap_or_default();
     let has = |name: &str| top_level.iter().any(|n| n.eq_ignore_ascii_case(name));
-    if has_archive || has("k8s") {
-        return Disc::Kubernetes {
-            label,
-            has_archive,
+    if archive.is_some() || has("k8s") {
+        let disc = Disc::Kubernetes {
+            label: label.clone(),
+            has_archive: archive.is_some(),
             top_level,
         };
+        let found = archive.map(|archive| FoundIso {
+            device: device.to_path_buf(),
+            label,
+            image: iso,
+            archive,
+            seen_at,
+        });
+        return (disc, found);
     }
     let seed_label = ["cidata", "config-2"]
         .iter()
         .any(|l| label.eq_ignore_ascii_case(l));
     if seed_label || (has("user-data") && has("meta-data")) || has("openstack") {
-        Disc::Seed { label }
+        (Disc::Seed { label }, None)
     } else {
-        Disc::OtherIso { label }
+        (Disc::OtherIso { label }, None)
     }
 }
 
@@ -314,14 +371,14 @@ pub struct Wait<'a> {
     pub dev: &'a Path,
 }
 
-/// Waits for the Kubernetes ISO. Returns the device path of a disc holding the archive;
+/// Waits for the Kubernetes ISO. Returns the disc holding the archive, opened and parsed;
 /// a Kubernetes ISO without it fails at once with `archive-missing`; none in time fails
 /// with `iso-timeout` listing every device seen. `progress` is called about every 5 s
 /// with the time waited so far.
 pub fn wait_for_iso(
     wait: &Wait<'_>,
     mut progress: impl FnMut(Duration),
-) -> Result<(PathBuf, String), Failure> {
+) -> Result<FoundIso, Failure> {
     let started = Instant::now();
     let deadline = started + wait.limit;
     // Open the socket before the first scan: an insert between the two is not lost.
@@ -331,28 +388,28 @@ pub fn wait_for_iso(
 
     let check = |name: &str, seen: &mut BTreeMap<String, Disc>| {
         let path = wait.dev.join(name);
-        let disc = classify(&path, wait.archive_path);
-        let found = match &disc {
-            Disc::Kubernetes {
+        let (disc, found) = look(&path, wait.archive_path);
+        let found = match (&disc, found) {
+            (_, Some(found)) => Some(Ok(found)),
+            (
+                Disc::Kubernetes {
+                    label, top_level, ..
+                },
+                None,
+            ) => Some(Err(Failure::archive_missing(
+                path.display(),
                 label,
-                has_archive: true,
-                ..
-            } => Some(Ok((path.clone(), label.clone()))),
-            Disc::Kubernetes {
-                label, top_level, ..
-            } => Some(Err(Failure::new(
-                ReasonCode::ArchiveMissing,
+                wait.archive_path,
+                top_level,
+            ))),
+            (Disc::UnsafeArchive { label, why }, None) => Some(Err(Failure::new(
+                ReasonCode::ArchiveUnsafe,
                 format!(
-                    "the Kubernetes ISO on {} (label {label}) has no {}; rebuild it with an \
-                     etcd version",
+                    "{}:{} (label {label}) on the Kubernetes ISO is refused: {why}",
                     path.display(),
                     wait.archive_path
                 ),
-            )
-            .with_source(anyhow::anyhow!(
-                "the disc's top level holds: {}",
-                top_level.join(", ")
-            )))),
+            ))),
             _ => None,
         };
         seen.insert(name.to_string(), disc);

@@ -19,6 +19,21 @@ pub mod run {
     pub const INTERRUPTED: u8 = 4;
     /// Another run held the lock past the wait (`locked`).
     pub const LOCKED: u8 = 5;
+    /// The node left its cluster (`etcd-setup leave`); nothing was done.
+    pub const LEFT: u8 = 6;
+}
+
+/// Exit codes of `etcd-setup leave`.
+pub mod leave {
+    /// The member was removed (or was no member already); etcd is stopped and disabled,
+    /// its data dir moved aside.
+    pub const OK: u8 = 0;
+    /// Refused or failed; the reason is printed and the cluster is as it was.
+    pub const FAILED: u8 = 1;
+    /// The configuration file is missing or invalid.
+    pub const CONFIG: u8 = 3;
+    /// A run or another leave held the lock past --lock-timeout.
+    pub const LOCKED: u8 = 5;
 }
 
 /// Exit codes of `etcd-setup check`.
@@ -41,6 +56,10 @@ pub mod status {
     pub const NOT_STARTED: u8 = 4;
     /// The status socket cannot be reached, or the server refused the request.
     pub const UNREACHABLE: u8 = 5;
+    /// The state file exists but cannot be read (`state-unreadable`): the file is named.
+    pub const UNREADABLE: u8 = 6;
+    /// This member left its cluster (`etcd-setup leave`).
+    pub const LEFT: u8 = 7;
 }
 
 /// Exit codes of the hidden `etcd-setup serve-status` (systemd reads them, not people).
@@ -95,6 +114,31 @@ pub const RUN: Table = Table {
             run::LOCKED,
             "another run held the lock past --lock-timeout (locked; nothing recorded: the other run reports)",
         ),
+        code(
+            run::LEFT,
+            "this node left its cluster with `etcd-setup leave`; nothing was done (`--rejoin` joins it again)",
+        ),
+    ],
+};
+
+/// `etcd-setup leave`.
+pub const LEAVE: Table = Table {
+    command: "leave",
+    codes: &[
+        code(
+            leave::OK,
+            "this member was removed from its cluster (or was no member any more); etcd is stopped and disabled, its data dir moved aside",
+        ),
+        code(
+            leave::FAILED,
+            "refused (quorum guard, last member) or failed; the reason is printed (`code: sentence`) and the cluster is as it was",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(leave::CONFIG, "the configuration file is missing or invalid"),
+        code(
+            leave::LOCKED,
+            "a run of etcd-setup held the lock past --lock-timeout",
+        ),
     ],
 };
 
@@ -133,11 +177,19 @@ pub const STATUS: Table = Table {
             status::UNREACHABLE,
             "the status socket cannot be reached, or the server refused the request (not in the group, busy)",
         ),
+        code(
+            status::UNREADABLE,
+            "unreadable: the state file exists but cannot be read (corrupt, not a regular file, a later schema); the file is named",
+        ),
+        code(
+            status::LEFT,
+            "left: this member left its cluster with `etcd-setup leave`",
+        ),
     ],
 };
 
 /// Every command's table, in the README's order.
-pub const ALL: &[Table] = &[RUN, CHECK, STATUS];
+pub const ALL: &[Table] = &[RUN, CHECK, STATUS, LEAVE];
 
 impl Table {
     /// The `--help` epilogue: `Exit codes of `run`:` and one line per code.

@@ -6,9 +6,8 @@
 //! folder is fsynced after the renames, so a power cut cannot undo them.
 
 use crate::archive::{fsync_tree, Extracted};
-use crate::reason::{Failure, ReasonCode};
+use crate::reason::Failure;
 use std::fs::{self, File};
-use std::io;
 use std::path::{Path, PathBuf};
 
 /// The binaries a release may carry, in install order; `etcd` goes last so a reader that
@@ -26,15 +25,15 @@ pub fn install_binaries(release: &Extracted, install_dir: &Path) -> Result<Vec<P
         let src = from.join(name);
         let dest = install_dir.join(name);
         if src.exists() {
-            fs::rename(&src, &dest).map_err(|e| io_failure(&dest, "cannot install", e))?;
+            fs::rename(&src, &dest).map_err(|e| Failure::io(&dest, "cannot install", e))?;
             installed.push(dest);
         } else if name != "etcd" && dest.exists() {
-            fs::remove_file(&dest).map_err(|e| io_failure(&dest, "cannot remove the old", e))?;
+            fs::remove_file(&dest).map_err(|e| Failure::io(&dest, "cannot remove the old", e))?;
         }
     }
     File::open(install_dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| io_failure(install_dir, "cannot sync", e))?;
+        .map_err(|e| Failure::io(install_dir, "cannot sync", e))?;
     Ok(installed)
 }
 
@@ -45,26 +44,14 @@ pub fn ensure_dir(dir: &Path) -> Result<(), Failure> {
         .recursive(true)
         .mode(0o755)
         .create(dir)
-        .map_err(|e| io_failure(dir, "cannot create", e))
-}
-
-fn io_failure(path: &Path, what: &str, err: io::Error) -> Failure {
-    let code = match err.raw_os_error() {
-        Some(c)
-            if c == nix::errno::Errno::ENOSPC as i32 || c == nix::errno::Errno::EDQUOT as i32 =>
-        {
-            ReasonCode::DiskFull
-        }
-        _ => ReasonCode::InternalError,
-    };
-    Failure::new(code, format!("{what} {}: {err}", path.display())).with_source(err)
+        .map_err(|e| Failure::io(dir, "cannot create", e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::archive::{extract, Policy};
-    use std::io::Write;
+    use std::io::{self, Write};
 
     /// A release tarball with small stand-in ELF binaries for this machine.
     fn release(version: &str, tools: &[&str]) -> Vec<u8> {

@@ -2,23 +2,55 @@
 //! and streams its bytes, without mounting and without trusting the disc.
 //!
 //! It reads the volume descriptor set (ECMA-119 §8), walks directories (§9.1) and resolves
-//! names the way Linux presents them after a mount: Rock Ridge `NM` names (SUSP/RRIP, IEEE
-//! P1281/P1282) first, then the Joliet tree (UCS-2 names), then plain ISO 9660 identifiers.
+//! names the way the Linux kernel's isofs presents them after a plain `mount` (no options).
 //! It reads through a one-sector buffer and never loads the image or a whole directory.
 //!
-//! # Name matching
+//! # One tree per disc, as Linux chooses it
 //!
-//! [`IsoImage::find`] tries, in order, stopping at the first hit:
-//! 1. the primary tree with Rock Ridge names (where the disc has SUSP), else ISO 9660
-//!    identifiers, compared **exactly** (xorriso and genisoimage store RR names byte for byte);
-//! 2. the Joliet tree, compared exactly (its `;1` version suffix removed);
-//! 3. both trees again, ignoring ASCII case. This is how a plain ISO 9660 disc (upper-case
-//!    d-characters, `;1` versions and a trailing `.` removed) is read, and how a disc whose
-//!    names differ only in case from the expected path is still accepted.
+//! Linux (`fs/isofs/inode.c`, `isofs_fill_super`; `rock` and `joliet` are on by default)
+//! reads the root directory's "." record of the primary volume; a SUSP `ER` entry there
+//! (after `CE` continuations) marks the disc as Rock Ridge. Then it uses **one** tree:
+//! 1. Rock Ridge when `ER` was seen (unless the primary root holds fewer than three
+//!    records while a Joliet tree exists: then Joliet, the kernel's fix for broken discs);
+//! 2. else the Joliet tree, when a supplementary descriptor has a Joliet escape sequence;
+//! 3. else the primary tree, still with Rock Ridge names where records carry them (the
+//!    kernel keeps parsing RR without `ER` when there is no Joliet), else plain names.
 //!
-//! Of Rock Ridge, only `NM` (names) and `CL`/`RE` (directories that genisoimage relocates
-//! when a tree is deeper than eight levels) are read, plus SUSP's `SP`, `CE` and `ST`; the
-//! other entries (modes, owners, times, symlinks) are ignored.
+//! There is no fallback from one tree to another: a path absent from the chosen tree is
+//! absent, as on a mount. [`IsoImage::naming`] says which tree was chosen.
+//!
+//! Names compare as the kernel's dentry operations do: exactly (case-sensitive) in the Rock
+//! Ridge and plain trees; in the Joliet tree ignoring ASCII case and trailing dots. Plain
+//! ISO 9660 identifiers are shown as `map=normal` does: lower case, `;1` and a `.` before
+//! it removed, other `;` turned into `.`. Records without an `NM` name in a Rock Ridge tree
+//! get that plain name too. A Rock Ridge name stops growing before 254 bytes, as in Linux.
+//! Within a directory the first record with the wanted name counts, directory or not.
+//!
+//! Deliberate differences from Linux, each refusing rather than guessing: Rock Ridge is only
+//! parsed when the root's "." record starts with a SUSP `SP` entry (SUSP §5.3 requires it;
+//! no mastering tool omits it); a Rock Ridge symbolic link (`SL`, or a `PX` mode saying
+//! link) at the path or on a directory along it is [`IsoError::Link`], and a device, FIFO or
+//! socket is [`IsoError::NotRegular`] (a mount would show those, not a file; the tar policy
+//! refuses the same inside the archive); zisofs files other than Linux's own format are
+//! [`IsoError::Unsupported`] where the kernel would hand out the compressed bytes, and a
+//! zisofs file whose data lacks the zisofs magic is a read error (Linux does not look);
+//! an SUSP entry that overruns its system use area, where the kernel stops reading Rock
+//! Ridge for that record, is [`IsoError::Corrupt`].
+//!
+//! # zisofs
+//!
+//! Files with a Rock Ridge `ZF` entry of algorithm `pz` (made by `mkzftree`, xorriso's
+//! `--zisofs` filter or `-as mkisofs -z`) are inflated while they are read, as Linux does
+//! (`fs/isofs/compress.c`): a header, a table of little-endian block pointers, one zlib
+//! stream per block of 2^15-2^17 bytes, an empty block meaning zeros. [`IsoFile::size`] is
+//! the uncompressed size. One block is held at a time (at most 128 KiB out and its
+//! compressed bytes in).
+//!
+//! # Other extensions
+//!
+//! Of Rock Ridge, `NM` (names), `CL`/`RE` (directories that genisoimage relocates when a
+//! tree is deeper than eight levels), `SL` and `PX` (links and file types), `ZF` (zisofs)
+//! are read, plus SUSP's `SP`, `ER`, `CE` and `ST`; modes, owners and times are ignored.
 //! Multi-extent files (flag bit 7) are read across all their extents; interleaved files
 //! (file unit size ≠ 0) and logical blocks other than 2048 bytes are rejected as
 //! [`IsoError::Unsupported`]. Both-endian fields are read from their little-endian half, as
@@ -31,6 +63,15 @@
 //! read; volume descriptors, path depth, directory bytes read per call, continuation areas
 //! per record and name lengths are bounded (see the `MAX_*` constants). A directory that
 //! points at its ancestor cannot loop, because a lookup only descends once per path component.
+//!
+//! An image shorter than the volume its primary descriptor declares is refused at
+//! [`IsoImage::open`] as [`IsoError::Truncated`], even when the wanted file lies in the part
+//! that survived: a cut upload is not a disc. This holds for block devices too: Linux `sr`
+//! sizes a CD-ROM from READ CAPACITY (last block + 1, in 2048-byte blocks) and qemu's
+//! CD-ROM from the image file rounded down to 2048 bytes, while xorriso and genisoimage
+//! write whole sectors and declare exactly those; so an intact disc never reads shorter than
+//! its volume. (`sr` lowers its size after a medium error within the last 75 blocks; such a
+//! disc has lost sectors of its volume and is refused with both sizes named.)
 //!
 //! # Why not an existing crate (evaluated 2026-11)
 //!
@@ -61,17 +102,20 @@ const VDS_START: u64 = 16;
 /// Volume descriptors read before the set must have ended with its terminator. Real discs
 /// have three to six (primary, boot record, Joliet, ISO 9660:1999, terminator).
 const MAX_DESCRIPTORS: u64 = 64;
-/// Directory and continuation-area bytes one `find` or `list_root` call may read. A
-/// Kubernetes ISO needs a few KiB; 16 MiB is about half a million records.
-const MAX_DIR_BYTES: u64 = 16 << 20;
+/// Directory and continuation-area bytes one `find` or `list_root` call may read. Linux has
+/// no such bound; it is here so that a disc in the drive cannot make discovery read
+/// gigabytes of directories. A Kubernetes ISO needs a few KiB; 16 MiB is about 70,000
+/// Rock Ridge names in one directory. Reaching it is [`IsoError::Limit`], not corruption.
+pub const MAX_DIR_BYTES: u64 = 16 << 20;
 /// Path components `find` accepts.
 const MAX_DEPTH: usize = 32;
 /// SUSP continuation areas followed for one record (Linux isofs follows 31 at most).
 const MAX_CONTINUATIONS: usize = 32;
-/// Bytes of one SUSP continuation area.
-const MAX_CE_BYTES: u32 = 64 << 10;
-/// Bytes of one Rock Ridge name assembled from `NM` entries (Linux names are ≤ 255).
-const MAX_NAME_BYTES: usize = 1024;
+/// A Rock Ridge name stops growing when the next `NM` piece would make it 254 bytes or
+/// more (Linux `get_rock_ridge_filename`).
+const RR_NAME_MAX: usize = 254;
+/// Bytes of a Rock Ridge symbolic link target kept for messages (PATH_MAX).
+const MAX_LINK_BYTES: usize = 4096;
 /// Extents of one multi-extent file (xorriso splits at 4 GiB, so this is ~256 GiB).
 const MAX_EXTENTS: usize = 64;
 
@@ -81,8 +125,14 @@ const FLAG_ASSOCIATED: u8 = 1 << 2;
 const FLAG_MULTI_EXTENT: u8 = 1 << 7;
 
 /// Rock Ridge `NM` flags (RRIP §4.1.4): the entry names "." or "..", not the file.
+const NM_CONTINUE: u8 = 1;
 const NM_CURRENT: u8 = 1 << 1;
 const NM_PARENT: u8 = 1 << 2;
+/// Rock Ridge `RR` (RRIP 1.09) flag saying `NM` entries are recorded.
+const RR_HAS_NM: u8 = 1 << 3;
+
+/// The magic at the start of a zisofs file (`mkzftree`, libisofs).
+const ZISOFS_MAGIC: [u8; 8] = [0x37, 0xE4, 0x53, 0x96, 0xC9, 0xDB, 0xD6, 0x07];
 
 /// Why an image could not be read. `Display` names what is wrong and where.
 #[derive(Debug)]
@@ -91,12 +141,60 @@ pub enum IsoError {
     Io(io::Error),
     /// No ISO 9660 volume descriptor (`CD001`) at sector 16: not an ISO 9660 image.
     NotIso9660,
-    /// The image contradicts ECMA-119/SUSP/RRIP, is truncated, or exceeds a safety bound;
-    /// the message names the sector and offset.
+    /// The image or device holds fewer bytes than its primary volume descriptor declares
+    /// (or than the descriptor set needs): it was cut short.
+    Truncated {
+        /// Bytes the volume declares (`declared`), or the least an ISO 9660 image can have.
+        expected: u64,
+        /// Bytes the image or device holds.
+        actual: u64,
+        /// Whether `expected` is the volume space size read from the primary descriptor.
+        declared: bool,
+    },
+    /// The image contradicts ECMA-119/SUSP/RRIP or points outside itself; the message names
+    /// the sector and offset.
     Corrupt(String),
     /// Valid ISO 9660 that this reader deliberately does not handle (interleaved files,
-    /// logical blocks other than 2048 bytes, over-long lookup paths).
+    /// logical blocks other than 2048 bytes, over-long lookup paths, foreign zisofs).
     Unsupported(String),
+    /// A valid image beyond a bound of this reader (see [`MAX_DIR_BYTES`]); the message
+    /// names the bound and what to change.
+    Limit(String),
+    /// A Rock Ridge symbolic link at the looked-up path or on a directory along it.
+    Link {
+        /// The path of the link on the disc, as far as the lookup got.
+        path: String,
+        /// The link's target as recorded (`SL`), empty when only `PX` says it is a link.
+        target: String,
+    },
+    /// The looked-up path is a Rock Ridge device, FIFO or socket (`PX` mode), not a file.
+    NotRegular {
+        /// The path on the disc.
+        path: String,
+        /// What it is, e.g. `FIFO`.
+        kind: &'static str,
+    },
+}
+
+impl IsoError {
+    /// Whether the disc holds a link or special file where the archive belongs: the same
+    /// class as a link inside the archive (`archive-unsafe`), not an unreadable disc.
+    pub fn is_unsafe(&self) -> bool {
+        matches!(self, IsoError::Link { .. } | IsoError::NotRegular { .. })
+    }
+}
+
+/// Text from the disc as one line: control characters escaped.
+fn shown(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escaped = c.is_control().then(|| c.escape_debug().to_string());
+            escaped
+                .unwrap_or_else(|| c.to_string())
+                .chars()
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 impl fmt::Display for IsoError {
@@ -106,8 +204,40 @@ impl fmt::Display for IsoError {
             IsoError::NotIso9660 => {
                 f.write_str("not an ISO 9660 image: no CD001 volume descriptor at sector 16")
             }
+            IsoError::Truncated {
+                expected,
+                actual,
+                declared: true,
+            } => write!(
+                f,
+                "truncated ISO 9660 image: its primary volume descriptor declares {expected} bytes, but it holds only {actual} bytes ({} bytes missing); copy the whole image again",
+                expected.saturating_sub(*actual)
+            ),
+            IsoError::Truncated {
+                expected, actual, ..
+            } => write!(
+                f,
+                "truncated ISO 9660 image: it holds {actual} bytes, with a CD001 volume descriptor at sector 16, but an ISO 9660 volume needs at least {expected} bytes; copy the whole image again"
+            ),
             IsoError::Corrupt(m) => write!(f, "corrupt ISO 9660 image: {m}"),
             IsoError::Unsupported(m) => write!(f, "unsupported ISO 9660 image: {m}"),
+            IsoError::Limit(m) => write!(f, "ISO 9660 image beyond a limit of this reader: {m}"),
+            IsoError::Link { path, target } if target.is_empty() => write!(
+                f,
+                "{} is a Rock Ridge symbolic link (no target recorded); a mount shows a link there, not a file, and links are refused",
+                shown(path)
+            ),
+            IsoError::Link { path, target } => write!(
+                f,
+                "{} is a Rock Ridge symbolic link to {}; a mount shows a link there, not a file, and links are refused",
+                shown(path),
+                shown(target)
+            ),
+            IsoError::NotRegular { path, kind } => write!(
+                f,
+                "{} is a Rock Ridge {kind}, not a regular file",
+                shown(path)
+            ),
         }
     }
 }
@@ -143,15 +273,32 @@ pub fn is_iso9660(r: &mut (impl Read + Seek)) -> io::Result<bool> {
     }
 }
 
-/// Which name a file was found under.
+/// The directory tree a disc is read through (one per disc, see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Naming {
-    /// Rock Ridge `NM` names in the primary tree.
+    /// The primary tree with Rock Ridge `NM` names.
     RockRidge,
     /// The Joliet tree's UCS-2 names.
     Joliet,
-    /// Plain ISO 9660 identifiers (version and trailing dot removed).
+    /// The primary tree's plain ISO 9660 identifiers, as Linux shows them.
     Iso9660,
+}
+
+impl Naming {
+    /// The stable text: `rock-ridge`, `joliet` or `iso9660`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Naming::RockRidge => "rock-ridge",
+            Naming::Joliet => "joliet",
+            Naming::Iso9660 => "iso9660",
+        }
+    }
+}
+
+impl fmt::Display for Naming {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A contiguous run of a file's bytes on the image.
@@ -171,22 +318,40 @@ impl Extent {
     }
 }
 
+/// A zisofs file's parameters from its `ZF` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Zisofs {
+    /// Header size in 4-byte words (where the block pointer table starts).
+    header_words: u8,
+    /// log2 of the uncompressed block size (15-17).
+    block_shift: u8,
+    /// Uncompressed size in bytes.
+    size: u64,
+}
+
 /// A regular file found on the image by [`IsoImage::find`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsoFile {
-    /// The path as recorded on the disc, components joined by `/`.
+    /// The path as the chosen tree names it, components joined by `/`.
     pub path: String,
-    /// Size in bytes (the sum over all extents).
+    /// Size in bytes as a mount shows it (the sum over all extents, or the uncompressed
+    /// size of a zisofs file).
     pub size: u64,
-    /// Which name space matched.
+    /// The tree the disc is read through (the same for every file of one disc).
     pub naming: Naming,
     extents: Vec<Extent>,
+    zisofs: Option<Zisofs>,
 }
 
 impl IsoFile {
     /// The sector the file's data starts at, for messages.
     pub fn first_sector(&self) -> Option<u64> {
         self.extents.first().map(|e| e.sector)
+    }
+
+    /// Whether the file is stored zisofs-compressed (and is inflated while read).
+    pub fn is_zisofs(&self) -> bool {
+        self.zisofs.is_some()
     }
 }
 
@@ -202,31 +367,14 @@ struct Dir {
 struct Volume {
     label: String,
     root: Dir,
-    /// Declared volume size in sectors (ECMA-119 §8.4.8), for truncation messages.
+    /// Declared volume size in sectors (ECMA-119 §8.4.8).
     blocks: u64,
-}
-
-/// Which directory hierarchy a walk uses, and so how its names are decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tree {
-    /// The primary volume's tree; with `Some(skip)` the disc uses SUSP and records carry
-    /// Rock Ridge names after `skip` bytes of their system use area.
-    Primary(Option<u8>),
-    /// The Joliet supplementary volume's tree.
-    Joliet,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Match {
-    Exact,
-    IgnoreAsciiCase,
 }
 
 /// A directory entry after name resolution (all records of a multi-extent file merged).
 #[derive(Debug)]
 struct Entry {
     name: String,
-    naming: Naming,
     /// The raw identifier, to pair up the records of a multi-extent file.
     id: Vec<u8>,
     is_dir: bool,
@@ -238,18 +386,48 @@ struct Entry {
     /// A directory Rock Ridge moved here from a deeper place (`RE`); its real place holds
     /// a `CL` link to it, so it is not listed here (RRIP §4.1.5.3).
     relocated: bool,
+    /// Rock Ridge says this is a symbolic link: its target (empty when only `PX` says so).
+    link: Option<String>,
+    /// Rock Ridge says this is a device, FIFO or socket.
+    special: Option<&'static str>,
+    /// A zisofs file, or why its compression is not one Linux reads.
+    zisofs: Option<Result<Zisofs, String>>,
 }
 
 /// What a record's Rock Ridge entries say.
 #[derive(Debug, Default)]
 struct RockRidge {
-    /// The concatenated contents of the `NM` entries (RRIP §4.1.4; the CONTINUE flag only
-    /// says more follows), `None` without any.
+    /// The concatenated contents of the `NM` entries (RRIP §4.1.4), `None` without any.
     name: Option<String>,
     /// `CL`: the record stands for the directory at this sector (RRIP §4.1.5.1).
     child_link: Option<u32>,
     /// `RE`: the record is a relocated directory (RRIP §4.1.5.3).
     relocated: bool,
+    /// `SL`: the symbolic link's target, components joined by `/` (RRIP §4.1.3).
+    link: Option<String>,
+    /// `PX`: the POSIX file mode (RRIP §4.1.1).
+    mode: Option<u32>,
+    /// `ZF` (zisofs) or `Z2` (zisofs2): the parameters, or why they are not Linux's format.
+    zisofs: Option<Result<Zisofs, String>>,
+    /// `ER`: an extension (Rock Ridge) is declared (SUSP §5.5); looked for in the root only.
+    extension: bool,
+}
+
+impl RockRidge {
+    /// What a `PX` mode other than a regular file or directory makes the record.
+    fn special(&self) -> Option<&'static str> {
+        match self.mode? & 0o170000 {
+            0o020000 => Some("character device"),
+            0o060000 => Some("block device"),
+            0o010000 => Some("FIFO"),
+            0o140000 => Some("socket"),
+            _ => None,
+        }
+    }
+
+    fn is_link(&self) -> bool {
+        self.link.is_some() || self.mode.is_some_and(|m| m & 0o170000 == 0o120000)
+    }
 }
 
 /// The fixed part of a directory record (ECMA-119 §9.1), borrowed from a sector buffer.
@@ -306,34 +484,133 @@ impl Record<'_> {
     }
 }
 
-/// Removes an ISO 9660 version suffix (`;1`, ECMA-119 §7.5.1).
-fn strip_version(name: &str) -> &str {
-    match name.rfind(';') {
-        Some(i) if name[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &name[..i],
-        _ => name,
-    }
-}
-
-/// A plain ISO 9660 identifier as Linux shows it: version and a trailing dot removed.
+/// A plain ISO 9660 identifier as Linux shows it with `map=normal` (`isofs_name_translate`):
+/// up to a NUL, lower case, a final `;1` or `.;1` removed, other `;` and `/` made `.`.
 fn iso_name(id: &[u8]) -> String {
-    let raw = String::from_utf8_lossy(id);
-    let name = strip_version(&raw);
-    name.strip_suffix('.').unwrap_or(name).to_owned()
+    let len = id.len();
+    let mut out = Vec::with_capacity(len);
+    for (i, &c) in id.iter().enumerate() {
+        if c == 0 {
+            break;
+        }
+        let c = c.to_ascii_lowercase();
+        if c == b'.' && i + 3 == len && id[i + 1] == b';' && id[i + 2] == b'1' {
+            break;
+        }
+        if c == b';' && i + 2 == len && id[i + 1] == b'1' {
+            break;
+        }
+        out.push(if c == b';' || c == b'/' { b'.' } else { c });
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Decodes UCS-2 big-endian (Joliet; surrogate pairs accepted, an odd last byte dropped).
+/// Decodes UCS-2 big-endian (surrogate pairs accepted, an odd last byte dropped), up to a
+/// NUL character.
 fn ucs2_be(bytes: &[u8]) -> String {
     let units = bytes
         .chunks_exact(2)
-        .map(|c| u16::from_be_bytes([c[0], c[1]]));
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .take_while(|&u| u != 0);
     char::decode_utf16(units)
         .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
         .collect()
 }
 
+/// A Joliet identifier as Linux shows it (`get_joliet_filename`): a final `;1` removed,
+/// then trailing dots (a name keeps its first character).
+fn joliet_name(id: &[u8]) -> String {
+    let mut name = ucs2_be(id);
+    if name.len() > 2 && name.ends_with(";1") {
+        name.truncate(name.len() - 2);
+    }
+    while name.len() >= 2 && name.ends_with('.') {
+        name.pop();
+    }
+    name
+}
+
+/// Whether a name in `naming`'s tree matches the wanted path component, as Linux's dentry
+/// comparison does: Joliet ignores ASCII case and trailing dots (`check=relaxed` is its
+/// default), the others compare exactly (`check=strict`).
+fn names_match(naming: Naming, have: &str, want: &str) -> bool {
+    match naming {
+        Naming::Joliet => have
+            .trim_end_matches('.')
+            .eq_ignore_ascii_case(want.trim_end_matches('.')),
+        Naming::RockRidge | Naming::Iso9660 => have == want,
+    }
+}
+
 /// Trims the space and NUL padding of a descriptor string field.
 fn trim_field(s: &str) -> String {
     s.trim_end_matches([' ', '\0']).trim_start().to_owned()
+}
+
+/// Appends the components of one `SL` entry's component area to `target` (RRIP §4.1.3.1).
+/// `pending_slash` carries whether the last component ended without CONTINUE.
+fn append_link(target: &mut String, mut area: &[u8], pending_slash: &mut bool) {
+    while let [flags, len, rest @ ..] = area {
+        let len = usize::from(*len);
+        let Some(content) = rest.get(..len) else {
+            target.push('?');
+            return;
+        };
+        if *pending_slash && !target.ends_with('/') {
+            target.push('/');
+        }
+        match flags & !1 {
+            0x02 => target.push('.'),
+            0x04 => target.push_str(".."),
+            0x08 => {
+                target.clear();
+                target.push('/');
+            }
+            _ => target.push_str(&String::from_utf8_lossy(content)),
+        }
+        *pending_slash = flags & 1 == 0;
+        if target.len() > MAX_LINK_BYTES {
+            target.truncate(MAX_LINK_BYTES);
+            return;
+        }
+        area = &rest[len..];
+    }
+}
+
+/// Reads a 32-bit little-endian value at `i` of `b`, when there.
+fn le32_at(b: &[u8], i: usize) -> Option<u32> {
+    let bytes = b.get(i..i + 4)?;
+    Some(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+/// The zisofs parameters of a `ZF` entry's data (after the 4-byte SUSP header).
+fn zisofs_params(data: &[u8]) -> Result<Zisofs, String> {
+    let (Some(alg), Some(&header_words), Some(&block_shift), Some(size)) =
+        (data.get(..2), data.get(2), data.get(3), le32_at(data, 4))
+    else {
+        return Err("a ZF entry shorter than 16 bytes".into());
+    };
+    if alg != b"pz" {
+        return Err(format!(
+            "zisofs compression with algorithm {:?} (Linux reads only \"pz\", the zisofs of mkzftree and xorriso --zisofs; zisofs2 is not it)",
+            String::from_utf8_lossy(alg)
+        ));
+    }
+    if !(15..=17).contains(&block_shift) {
+        return Err(format!(
+            "zisofs blocks of 2^{block_shift} bytes (zisofs uses 2^15 to 2^17)"
+        ));
+    }
+    if header_words < 4 {
+        return Err(format!(
+            "a zisofs header of {header_words} words (at least 4: magic, size, shifts)"
+        ));
+    }
+    Ok(Zisofs {
+        header_words,
+        block_shift,
+        size: u64::from(size),
+    })
 }
 
 /// An image file or block device, with every read checked against its size.
@@ -391,32 +668,114 @@ impl<R: Read + Seek> Device<R> {
         self.read_at(at, &mut buf, what)?;
         Ok(buf)
     }
+
+    /// Why an image shorter than the volume descriptor set is not one: cut short when it
+    /// still has `CD001` at sector 16, else not ISO 9660.
+    fn too_short(&mut self) -> IsoError {
+        let vd = VDS_START * SECTOR;
+        let mut head = [0u8; 84];
+        let have = usize::try_from(self.size.saturating_sub(vd))
+            .unwrap_or(0)
+            .min(head.len());
+        if have < 6 {
+            return IsoError::NotIso9660;
+        }
+        if let Err(e) = self.read_at(vd, &mut head[..have], "volume descriptor") {
+            return e;
+        }
+        if &head[1..6] != b"CD001" {
+            return IsoError::NotIso9660;
+        }
+        let minimum = (VDS_START + 2) * SECTOR;
+        match le32_at(&head[..have], 80) {
+            Some(blocks) if u64::from(blocks) * SECTOR > self.size => IsoError::Truncated {
+                expected: u64::from(blocks) * SECTOR,
+                actual: self.size,
+                declared: true,
+            },
+            _ => IsoError::Truncated {
+                expected: minimum,
+                actual: self.size,
+                declared: false,
+            },
+        }
+    }
 }
 
-/// An ISO 9660 image opened for lookups: the volume descriptor set has been read.
+/// Reads `buf.len()` bytes at `offset` of a file's stored data (across its extents).
+fn read_stored<R: Read + Seek>(
+    dev: &mut Device<R>,
+    extents: &[Extent],
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<()> {
+    let mut offset = offset;
+    let mut filled = 0;
+    let mut base = 0u64;
+    for extent in extents {
+        if filled == buf.len() {
+            break;
+        }
+        let end = base.saturating_add(extent.len);
+        if offset < end {
+            let within = offset - base;
+            let n = usize::try_from(extent.len - within)
+                .unwrap_or(usize::MAX)
+                .min(buf.len() - filled);
+            let at = extent.sector.saturating_mul(SECTOR).saturating_add(within);
+            dev.inner.seek(SeekFrom::Start(at))?;
+            dev.inner.read_exact(&mut buf[filled..filled + n])?;
+            filled += n;
+            offset += n as u64;
+        }
+        base = end;
+    }
+    if filled < buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("zisofs data at byte {offset} lies past the {base} bytes stored for the file"),
+        ));
+    }
+    Ok(())
+}
+
+/// An ISO 9660 image opened for lookups: the volume descriptor set has been read and the
+/// tree to read it through chosen.
 pub struct IsoImage<R> {
     dev: Device<R>,
     primary: Volume,
     joliet: Option<Volume>,
-    /// SUSP skip length when the primary tree uses SUSP (SUSP §5.3), else `None`.
+    /// SUSP skip length when the primary root's "." record starts with `SP` (SUSP §5.3).
     susp_skip: Option<u8>,
+    /// The tree every lookup uses.
+    naming: Naming,
     /// Directory bytes the current public call may still read.
     budget: u64,
 }
 
 impl<R: Read + Seek> IsoImage<R> {
-    /// Reads the volume descriptor set (primary, Joliet supplementary, terminator) and
-    /// detects SUSP/Rock Ridge from the root directory's "." record.
+    /// Reads the volume descriptor set (primary, Joliet supplementary, terminator), refuses
+    /// an image shorter than its volume, and chooses the tree as Linux does (module doc).
     pub fn open(r: R) -> Result<Self, IsoError> {
         let mut dev = Device::new(r)?;
         if dev.size < (VDS_START + 1) * SECTOR {
-            return Err(IsoError::NotIso9660);
+            return Err(dev.too_short());
         }
-        let mut primary = None;
+        let mut primary: Option<Volume> = None;
         let mut joliet = None;
         let mut terminated = false;
         for sector in VDS_START..VDS_START + MAX_DESCRIPTORS {
             if sector.saturating_add(1).saturating_mul(SECTOR) > dev.size {
+                if let Some(p) = &primary {
+                    let expected = p.blocks.saturating_mul(SECTOR);
+                    if expected > dev.size {
+                        return Err(IsoError::Truncated {
+                            expected,
+                            actual: dev.size,
+                            declared: true,
+                        });
+                    }
+                }
                 return Err(corrupt(format!(
                     "the volume descriptor set reaches the end of the image at sector {sector} without a terminator"
                 )));
@@ -455,15 +814,53 @@ impl<R: Read + Seek> IsoImage<R> {
             )));
         }
         let primary = primary.ok_or_else(|| corrupt("no primary volume descriptor"))?;
+        let expected = primary.blocks.saturating_mul(SECTOR);
+        if expected > dev.size {
+            return Err(IsoError::Truncated {
+                expected,
+                actual: dev.size,
+                declared: true,
+            });
+        }
         let mut image = IsoImage {
             dev,
             primary,
             joliet,
             susp_skip: None,
+            naming: Naming::Iso9660,
             budget: MAX_DIR_BYTES,
         };
-        image.susp_skip = image.detect_susp()?;
+        image.choose_tree()?;
         Ok(image)
+    }
+
+    /// Chooses the tree as `isofs_fill_super` does: Rock Ridge when the primary root's "."
+    /// record declares it (`ER`), else Joliet, else the primary tree (with Rock Ridge
+    /// names where records have them, when the root carries SUSP).
+    fn choose_tree(&mut self) -> Result<(), IsoError> {
+        let has_joliet = self.joliet.is_some();
+        let probe = self.budgeted(|image| image.probe_root());
+        let (skip, extension) = match probe {
+            Ok(found) => found,
+            // Linux: "root inode is unusable. Disabling Rock Ridge and switching to Joliet."
+            Err(_) if has_joliet => (None, false),
+            Err(e) => return Err(e),
+        };
+        self.susp_skip = skip;
+        self.naming = if extension && has_joliet && self.primary_root_nearly_empty() {
+            // Linux: "primary root directory is empty. Disabling Rock Ridge and switching
+            // to Joliet."
+            Naming::Joliet
+        } else if extension {
+            Naming::RockRidge
+        } else if has_joliet {
+            Naming::Joliet
+        } else if skip.is_some() {
+            Naming::RockRidge
+        } else {
+            Naming::Iso9660
+        };
+        Ok(())
     }
 
     /// The volume label: the primary volume identifier, trimmed; the Joliet one if empty.
@@ -474,7 +871,13 @@ impl<R: Read + Seek> IsoImage<R> {
         }
     }
 
-    /// Whether the primary tree carries Rock Ridge (SUSP `SP` entry in the root's "." record).
+    /// The tree every lookup reads the disc through, chosen as Linux does.
+    pub fn naming(&self) -> Naming {
+        self.naming
+    }
+
+    /// Whether the primary tree carries SUSP (an `SP` entry in the root's "." record), the
+    /// carrier of Rock Ridge. Whether Rock Ridge names are used is [`IsoImage::naming`].
     pub fn has_rock_ridge(&self) -> bool {
         self.susp_skip.is_some()
     }
@@ -489,16 +892,17 @@ impl<R: Read + Seek> IsoImage<R> {
         self.dev.size
     }
 
-    /// Size in bytes the primary volume descriptor declares (may exceed `image_size` when
-    /// the image is truncated).
+    /// Size in bytes the primary volume descriptor declares (never more than
+    /// `image_size`: a shorter image is refused by [`IsoImage::open`]).
     pub fn volume_size(&self) -> u64 {
         self.primary.blocks.saturating_mul(SECTOR)
     }
 
     /// Finds the regular file at `path` (components separated by `/`, e.g.
-    /// `etcd/etcd-linux-amd64.tar.gz`), see the module doc for the name matching order.
-    /// `Ok(None)` when no tree holds it; an error when a directory on the way is corrupt or
-    /// the file's data lies outside the image.
+    /// `etcd/etcd-linux-amd64.tar.gz`) in the chosen tree, see the module doc for how names
+    /// match. `Ok(None)` when a mount would show nothing or a directory there; an error
+    /// when a directory on the way is corrupt, a link or special file is met, or the file's
+    /// data lies outside the image.
     pub fn find(&mut self, path: &str) -> Result<Option<IsoFile>, IsoError> {
         let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
         if components.len() > MAX_DEPTH {
@@ -509,61 +913,70 @@ impl<R: Read + Seek> IsoImage<R> {
         if components.is_empty() {
             return Ok(None);
         }
-        self.budget = MAX_DIR_BYTES;
-        let mut trees = vec![Tree::Primary(self.susp_skip)];
-        if self.joliet.is_some() {
-            trees.push(Tree::Joliet);
+        let found = self.budgeted(|image| image.walk(&components))?;
+        if let Some(file) = &found {
+            self.check_extents(file)?;
         }
-        for mode in [Match::Exact, Match::IgnoreAsciiCase] {
-            for &tree in &trees {
-                if let Some(file) = self.walk(tree, &components, mode)? {
-                    self.check_extents(&file)?;
-                    return Ok(Some(file));
-                }
-            }
-        }
-        Ok(None)
+        Ok(found)
     }
 
-    /// Streams exactly the bytes of `file`, across all its extents.
+    /// Streams exactly the bytes of `file` as a mount shows them, across all its extents,
+    /// inflating a zisofs file block by block.
     pub fn open_file(&mut self, file: &IsoFile) -> Result<FileReader<'_, R>, IsoError> {
         self.check_extents(file)?;
+        let inflating = file.zisofs.map(|z| Inflating {
+            zisofs: z,
+            path: file.path.clone(),
+            next_block: 0,
+            blocks: z.size.div_ceil(1u64 << z.block_shift),
+            out: Vec::new(),
+            pos: 0,
+            compressed: Vec::new(),
+        });
         Ok(FileReader {
             dev: &mut self.dev,
             extents: file.extents.clone(),
             index: 0,
             done: 0,
             positioned: false,
+            inflating,
         })
     }
 
-    /// The names at the top level (Rock Ridge, else Joliet, else ISO 9660 names), in disc
-    /// order, for error messages such as "the disc holds: EFI, k8s".
+    /// The names at the top level of the chosen tree, in disc order, for error messages
+    /// such as "the disc holds: EFI, k8s".
     pub fn list_root(&mut self) -> Result<Vec<String>, IsoError> {
-        self.budget = MAX_DIR_BYTES;
-        let tree = match (self.susp_skip, &self.joliet) {
-            (None, Some(_)) => Tree::Joliet,
-            (skip, _) => Tree::Primary(skip),
-        };
-        let mut names = Vec::new();
-        self.scan_dir(self.root(tree), tree, |entry| {
-            names.push(entry.name);
-            None::<()>
-        })?;
-        Ok(names)
+        let root = self.root();
+        self.budgeted(|image| {
+            let mut names = Vec::new();
+            image.scan_dir(root, "the root directory", |entry| {
+                names.push(entry.name);
+                None::<()>
+            })?;
+            Ok(names)
+        })
     }
 
-    fn root(&self, tree: Tree) -> Dir {
-        match (tree, &self.joliet) {
-            (Tree::Joliet, Some(j)) => j.root,
+    /// Runs `f` with a fresh directory budget.
+    fn budgeted<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, IsoError>,
+    ) -> Result<T, IsoError> {
+        self.budget = MAX_DIR_BYTES;
+        f(self)
+    }
+
+    fn root(&self) -> Dir {
+        match (self.naming, &self.joliet) {
+            (Naming::Joliet, Some(j)) => j.root,
             _ => self.primary.root,
         }
     }
 
-    /// SUSP is in use when the first record of the root directory (".") starts its system
-    /// use area with an `SP` entry: "SP", length 7, version 1, check bytes BE EF, skip
-    /// length (SUSP §5.3).
-    fn detect_susp(&mut self) -> Result<Option<u8>, IsoError> {
+    /// Reads the primary root's "." record: the SUSP skip length when its system use area
+    /// starts with `SP` (SUSP §5.3: "SP", length 7, version 1, check bytes BE EF), and
+    /// whether an `ER` entry (there or in its continuation areas) declares an extension.
+    fn probe_root(&mut self) -> Result<(Option<u8>, bool), IsoError> {
         let root = self.primary.root;
         let buf = self.dev.read_sector(root.sector, "root directory")?;
         let len = usize::from(buf[0]);
@@ -579,29 +992,52 @@ impl<R: Read + Seek> IsoImage<R> {
                 root.sector
             )));
         }
-        Ok(match rec.system_use {
-            [b'S', b'P', 7, 1, 0xBE, 0xEF, skip, ..] => Some(*skip),
-            _ => None,
-        })
+        let skip = match rec.system_use {
+            [b'S', b'P', 7, 1, 0xBE, 0xEF, skip, ..] => *skip,
+            _ => return Ok((None, false)),
+        };
+        let at = root.sector * SECTOR;
+        let rr = self.rock_ridge(rec.system_use, 0, at)?;
+        Ok((Some(skip), rr.extension))
     }
 
-    /// Follows `components` down `tree`; the last one must be a regular file.
-    fn walk(
-        &mut self,
-        tree: Tree,
-        components: &[&str],
-        mode: Match,
-    ) -> Result<Option<IsoFile>, IsoError> {
-        let mut dir = self.root(tree);
+    /// Whether the primary root's first sector holds fewer than three records (Linux
+    /// `rootdir_empty`: "." and ".." only, or less).
+    fn primary_root_nearly_empty(&mut self) -> bool {
+        let Ok(buf) = self
+            .dev
+            .read_sector(self.primary.root.sector, "root directory")
+        else {
+            return true;
+        };
+        let mut off = 0;
+        let mut records = 0;
+        while records < 3 {
+            let len = usize::from(buf.get(off).copied().unwrap_or(0));
+            if len == 0 {
+                break;
+            }
+            records += 1;
+            off += len;
+        }
+        records < 3
+    }
+
+    /// Follows `components` down the chosen tree; the last one must be a regular file.
+    fn walk(&mut self, components: &[&str]) -> Result<Option<IsoFile>, IsoError> {
+        let naming = self.naming;
+        let mut dir = self.root();
         let mut path = String::new();
         for (i, want) in components.iter().enumerate() {
             let last = i + 1 == components.len();
-            let found = self.scan_dir(dir, tree, |entry| {
-                let hit = match mode {
-                    Match::Exact => entry.name == *want,
-                    Match::IgnoreAsciiCase => entry.name.eq_ignore_ascii_case(want),
-                };
-                (hit && entry.is_dir != last).then_some(entry)
+            let what = if path.is_empty() {
+                "the root directory".to_owned()
+            } else {
+                format!("directory {}", shown(&path))
+            };
+            // Linux takes the first record with the name, whatever it is.
+            let found = self.scan_dir(dir, &what, |entry| {
+                names_match(naming, &entry.name, want).then_some(entry)
             })?;
             let Some(entry) = found else {
                 return Ok(None);
@@ -610,20 +1046,46 @@ impl<R: Read + Seek> IsoImage<R> {
                 path.push('/');
             }
             path.push_str(&entry.name);
+            if let Some(target) = entry.link {
+                return Err(IsoError::Link { path, target });
+            }
+            if let Some(kind) = entry.special {
+                return Err(IsoError::NotRegular { path, kind });
+            }
             if entry.interleaved {
                 return Err(IsoError::Unsupported(format!(
-                    "{path} (record at sector {}, offset {}) is recorded in interleaved mode",
+                    "{} (record at sector {}, offset {}) is recorded in interleaved mode",
+                    shown(&path),
                     entry.at / SECTOR,
                     entry.at % SECTOR
                 )));
             }
             if last {
+                if entry.is_dir {
+                    return Ok(None);
+                }
+                let zisofs = match entry.zisofs {
+                    Some(Err(why)) => {
+                        return Err(IsoError::Unsupported(format!(
+                            "{} (record at sector {}, offset {}) is stored with {why}",
+                            shown(&path),
+                            entry.at / SECTOR,
+                            entry.at % SECTOR
+                        )))
+                    }
+                    Some(Ok(z)) => Some(z),
+                    None => None,
+                };
                 return Ok(Some(IsoFile {
                     path,
-                    size: entry.size,
-                    naming: entry.naming,
+                    size: zisofs.map_or(entry.size, |z| z.size),
+                    naming,
                     extents: entry.extents,
+                    zisofs,
                 }));
+            }
+            if !entry.is_dir {
+                return Ok(None);
             }
             dir = match entry.extents.as_slice() {
                 [extent] => Dir {
@@ -632,7 +1094,8 @@ impl<R: Read + Seek> IsoImage<R> {
                 },
                 _ => {
                     return Err(corrupt(format!(
-                        "directory {path} (record at sector {}, offset {}) has {} extents",
+                        "directory {} (record at sector {}, offset {}) has {} extents",
+                        shown(&path),
                         entry.at / SECTOR,
                         entry.at % SECTOR,
                         entry.extents.len()
@@ -650,37 +1113,51 @@ impl<R: Read + Seek> IsoImage<R> {
                 .byte_range()
                 .is_some_and(|(_, end)| end <= self.dev.size);
             if !inside {
-                let declared = self.volume_size();
-                let hint = if declared > self.dev.size {
-                    format!("; the volume declares {declared} bytes, so the image is truncated")
-                } else {
-                    String::new()
-                };
                 return Err(corrupt(format!(
-                    "{} ({} bytes from sector {}) extends past the end of the image ({} bytes){hint}",
-                    file.path, extent.len, extent.sector, self.dev.size
+                    "{} ({} bytes from sector {}) extends past the end of the image ({} bytes) and of its volume",
+                    shown(&file.path),
+                    extent.len,
+                    extent.sector,
+                    self.dev.size
                 )));
             }
         }
         Ok(())
     }
 
-    /// Reads the records of `dir` one sector at a time and hands each entry (except "."
-    /// and "..", and associated files) to `visit` until it returns `Some`.
+    /// Reads the records of `dir` (`what` names it for messages) one sector at a time and
+    /// hands each entry (except "." and "..", associated files and relocated directories)
+    /// to `visit` until it returns `Some`.
     fn scan_dir<T>(
         &mut self,
         dir: Dir,
-        tree: Tree,
+        what: &str,
         mut visit: impl FnMut(Entry) -> Option<T>,
     ) -> Result<Option<T>, IsoError> {
         let sectors = dir.len.div_ceil(SECTOR);
+        let end = dir
+            .sector
+            .checked_add(sectors)
+            .and_then(|s| s.checked_mul(SECTOR));
+        if end.is_none_or(|end| end > self.dev.size) {
+            return Err(corrupt(format!(
+                "{what} at sector {} ({} bytes) extends past the end of the image ({} bytes)",
+                dir.sector, dir.len, self.dev.size
+            )));
+        }
+        if dir.len > MAX_DIR_BYTES {
+            return Err(IsoError::Limit(format!(
+                "{what} at sector {} holds {} bytes of records ({} MiB), more than the {} MiB of directory data this reader reads for one lookup (MAX_DIR_BYTES in src/iso9660.rs; Linux itself has no such bound); keep fewer names in one directory, e.g. move them into subdirectories",
+                dir.sector,
+                dir.len,
+                dir.len >> 20,
+                MAX_DIR_BYTES >> 20
+            )));
+        }
         self.spend(sectors.saturating_mul(SECTOR), dir.sector)?;
         let mut pending: Option<Entry> = None;
         for i in 0..sectors {
-            let sector = dir
-                .sector
-                .checked_add(i)
-                .ok_or_else(|| corrupt(format!("directory at sector {} overflows", dir.sector)))?;
+            let sector = dir.sector + i;
             let buf = self.dev.read_sector(sector, "directory")?;
             // Bytes of this sector that belong to the directory.
             let used = dir.len.saturating_sub(i * SECTOR).min(SECTOR) as usize;
@@ -708,7 +1185,7 @@ impl<R: Read + Seek> IsoImage<R> {
                 let rec = parse_record(rec).map_err(|m| corrupt(format!("{}: {m}", where_())))?;
                 off += len;
                 // "." and ".." (§6.8.2.2), and associated files, which share the name of
-                // the file they belong to.
+                // the file they belong to (Linux hides them unless `showassoc`).
                 if rec.id == [0] || rec.id == [1] || rec.flags & FLAG_ASSOCIATED != 0 {
                     continue;
                 }
@@ -719,14 +1196,14 @@ impl<R: Read + Seek> IsoImage<R> {
                             return Err(corrupt(format!(
                                 "{}: multi-extent file {} is cut short by another record",
                                 where_(),
-                                entry.name
+                                shown(&entry.name)
                             )));
                         }
                         if entry.extents.len() >= MAX_EXTENTS {
                             return Err(corrupt(format!(
                                 "{}: {} has more than {MAX_EXTENTS} extents",
                                 where_(),
-                                entry.name
+                                shown(&entry.name)
                             )));
                         }
                         entry.extents.push(rec.extent());
@@ -737,7 +1214,7 @@ impl<R: Read + Seek> IsoImage<R> {
                         entry.interleaved |= rec.unit_size != 0 || rec.gap != 0;
                         entry
                     }
-                    None => self.entry(&rec, tree, at)?,
+                    None => self.entry(&rec, at)?,
                 };
                 if rec.flags & FLAG_MULTI_EXTENT != 0 {
                     pending = Some(entry);
@@ -754,26 +1231,27 @@ impl<R: Read + Seek> IsoImage<R> {
         match pending {
             Some(entry) => Err(corrupt(format!(
                 "directory at sector {}: multi-extent file {} has no final extent",
-                dir.sector, entry.name
+                dir.sector,
+                shown(&entry.name)
             ))),
             None => Ok(None),
         }
     }
 
-    /// Resolves a record's name for `tree` and builds its entry.
-    fn entry(&mut self, rec: &Record<'_>, tree: Tree, at: u64) -> Result<Entry, IsoError> {
-        let rr = match tree {
-            Tree::Primary(Some(skip)) => self.rock_ridge(rec.system_use, skip, at)?,
+    /// Resolves a record's name in the chosen tree and builds its entry.
+    fn entry(&mut self, rec: &Record<'_>, at: u64) -> Result<Entry, IsoError> {
+        let rr = match (self.naming, self.susp_skip) {
+            (Naming::RockRidge, Some(skip)) => self.rock_ridge(rec.system_use, skip, at)?,
             _ => RockRidge::default(),
         };
-        let (name, naming) = match (tree, rr.name) {
-            (Tree::Joliet, _) => (strip_version(&ucs2_be(rec.id)).to_owned(), Naming::Joliet),
-            (_, Some(name)) => (name, Naming::RockRidge),
-            (_, None) => (iso_name(rec.id), Naming::Iso9660),
+        let name = match (self.naming, &rr.name) {
+            (Naming::Joliet, _) => joliet_name(rec.id),
+            (_, Some(name)) if !name.is_empty() => name.clone(),
+            _ => iso_name(rec.id),
         };
+        let link = rr.is_link().then(|| rr.link.clone().unwrap_or_default());
         let mut entry = Entry {
             name,
-            naming,
             id: rec.id.to_vec(),
             is_dir: rec.flags & FLAG_DIRECTORY != 0,
             interleaved: rec.unit_size != 0 || rec.gap != 0,
@@ -781,6 +1259,9 @@ impl<R: Read + Seek> IsoImage<R> {
             size: u64::from(rec.data_len),
             at,
             relocated: rr.relocated,
+            link,
+            special: rr.special(),
+            zisofs: rr.zisofs.clone(),
         };
         if let Some(sector) = rr.child_link {
             // A placeholder for a directory moved elsewhere (RRIP §4.1.5.1): it stands for
@@ -821,6 +1302,10 @@ impl<R: Read + Seek> IsoImage<R> {
         let where_ = || format!("record at sector {}, offset {}", at / SECTOR, at % SECTOR);
         let mut area: Vec<u8> = system_use.get(usize::from(skip)..).unwrap_or(&[]).to_vec();
         let mut name: Option<Vec<u8>> = None;
+        let mut name_full = false;
+        let mut names_recorded = true;
+        let mut link: Option<String> = None;
+        let mut link_slash = false;
         let mut rr = RockRidge::default();
         let mut continuations = 0;
         loop {
@@ -842,35 +1327,61 @@ impl<R: Read + Seek> IsoImage<R> {
                     ))
                 })?;
                 rest = &rest[len..];
-                match (&[s1, s2], entry) {
-                    (b"NM", [_, _, _, _, flags, content @ ..])
-                        if flags & (NM_CURRENT | NM_PARENT) == 0 =>
-                    {
+                let data = &entry[4..];
+                match &[s1, s2] {
+                    // RRIP 1.09 `RR`: Linux takes no names when it says none are recorded.
+                    b"RR" => {
+                        names_recorded = data.first().is_some_and(|f| f & RR_HAS_NM != 0);
+                    }
+                    b"NM" => {
+                        let [flags, content @ ..] = data else {
+                            continue;
+                        };
+                        // "." and ".." entries, and flags Linux does not support (HOST).
+                        if flags & (NM_CURRENT | NM_PARENT) != 0 || flags & !NM_CONTINUE != 0 {
+                            continue;
+                        }
+                        let piece = content.split(|&b| b == 0).next().unwrap_or(&[]);
                         let name = name.get_or_insert_with(Vec::new);
-                        name.extend_from_slice(content);
-                        if name.len() > MAX_NAME_BYTES {
-                            return Err(corrupt(format!(
-                                "{}: Rock Ridge name longer than {MAX_NAME_BYTES} bytes",
-                                where_()
-                            )));
+                        if name_full || name.len() + piece.len() >= RR_NAME_MAX {
+                            name_full = true;
+                        } else {
+                            name.extend_from_slice(piece);
                         }
                     }
-                    (b"CE", [_, _, _, _, b @ ..]) if b.len() >= 24 => {
-                        let le =
-                            |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-                        next = Some((le(0), le(8), le(16)));
+                    b"SL" => {
+                        let target = link.get_or_insert_with(String::new);
+                        if let [_flags, components @ ..] = data {
+                            append_link(target, components, &mut link_slash);
+                        }
                     }
-                    (b"CL", [_, _, _, _, a, b, c, d, ..]) => {
-                        rr.child_link = Some(u32::from_le_bytes([*a, *b, *c, *d]));
+                    b"PX" => rr.mode = le32_at(data, 0),
+                    b"ZF" => rr.zisofs = Some(zisofs_params(data)),
+                    b"Z2" => {
+                        rr.zisofs = Some(Err(
+                            "zisofs2 compression (a Z2 entry), which Linux does not read".into(),
+                        ))
                     }
-                    (b"RE", _) => rr.relocated = true,
-                    (b"ST", _) => break,
+                    // Linux ignores an ER whose identifier overruns it.
+                    b"ER" if data.first().is_some_and(|&n| 8 + usize::from(n) <= len) => {
+                        rr.extension = true;
+                    }
+                    b"CE" if data.len() >= 24 => {
+                        next = Some((le32_at(data, 0), le32_at(data, 8), le32_at(data, 16)));
+                    }
+                    b"CL" => rr.child_link = le32_at(data, 0),
+                    b"RE" => rr.relocated = true,
+                    b"ST" => break,
                     _ => {}
                 }
             }
-            let Some((block, offset, len)) = next else {
+            let Some((Some(block), Some(offset), Some(len))) = next else {
                 break;
             };
+            // Linux reads no continuation from block 0 (the system area).
+            if block == 0 {
+                break;
+            }
             continuations += 1;
             if continuations > MAX_CONTINUATIONS {
                 return Err(corrupt(format!(
@@ -878,9 +1389,10 @@ impl<R: Read + Seek> IsoImage<R> {
                     where_()
                 )));
             }
-            if len > MAX_CE_BYTES {
+            // Linux requires a continuation area to lie within one logical block.
+            if u64::from(offset) + u64::from(len) > SECTOR {
                 return Err(corrupt(format!(
-                    "{}: SUSP continuation area of {len} bytes at sector {block} exceeds {MAX_CE_BYTES}",
+                    "{}: SUSP continuation area of {len} bytes at sector {block}, offset {offset} crosses its sector",
                     where_()
                 )));
             }
@@ -889,15 +1401,18 @@ impl<R: Read + Seek> IsoImage<R> {
             let pos = u64::from(block) * SECTOR + u64::from(offset);
             self.dev.read_at(pos, &mut area, "SUSP continuation area")?;
         }
-        rr.name = name.map(|n| String::from_utf8_lossy(&n).into_owned());
+        if names_recorded {
+            rr.name = name.map(|n| String::from_utf8_lossy(&n).into_owned());
+        }
+        rr.link = link;
         Ok(rr)
     }
 
     /// Charges `bytes` of directory data against this call's budget.
     fn spend(&mut self, bytes: u64, sector: u64) -> Result<(), IsoError> {
         self.budget = self.budget.checked_sub(bytes).ok_or_else(|| {
-            corrupt(format!(
-                "reading the directory data at sector {sector} would exceed {} MiB of directory data for one lookup (a directory loop or an oversized directory)",
+            IsoError::Limit(format!(
+                "reading the directory data at sector {sector} would pass {} MiB of directory data for one lookup (MAX_DIR_BYTES in src/iso9660.rs; Linux itself has no such bound): the directories on the path hold too many names, or their records point back at each other",
                 MAX_DIR_BYTES >> 20
             ))
         })?;
@@ -948,6 +1463,20 @@ fn parse_volume(vd: &[u8; SECTOR_BYTES], sector: u64, joliet: bool) -> Result<Vo
     })
 }
 
+/// A zisofs file being inflated: one block at a time.
+struct Inflating {
+    zisofs: Zisofs,
+    /// The file's path, for messages.
+    path: String,
+    next_block: u64,
+    blocks: u64,
+    /// The current block's uncompressed bytes, handed out from `pos`.
+    out: Vec<u8>,
+    pos: usize,
+    /// The current block's compressed bytes.
+    compressed: Vec<u8>,
+}
+
 /// Streams one file's bytes from the image, extent after extent. Returned by
 /// [`IsoImage::open_file`].
 pub struct FileReader<'a, R> {
@@ -959,12 +1488,97 @@ pub struct FileReader<'a, R> {
     done: u64,
     /// Whether the device is positioned at `done` in the current extent.
     positioned: bool,
+    /// Set for a zisofs file.
+    inflating: Option<Inflating>,
+}
+
+impl<R: Read + Seek> FileReader<'_, R> {
+    /// Inflates the next zisofs block into `z.out` (`fs/isofs/compress.c`): its bounds are
+    /// pointers `header_words + i` and `+ 1` of the table; an empty block is zeros.
+    fn inflate_next(dev: &mut Device<R>, extents: &[Extent], z: &mut Inflating) -> io::Result<()> {
+        let bad = |what: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("zisofs file {}: {what}", shown(&z.path)),
+            )
+        };
+        let i = z.next_block;
+        let block_size = 1u64 << z.zisofs.block_shift;
+        let expected = block_size.min(z.zisofs.size - i * block_size) as usize;
+        if i == 0 {
+            let mut magic = [0u8; 8];
+            read_stored(dev, extents, 0, &mut magic)?;
+            if magic != ZISOFS_MAGIC {
+                return Err(bad("its data does not start with the zisofs magic".into()));
+            }
+        }
+        let mut pointers = [0u8; 8];
+        let table = (u64::from(z.zisofs.header_words) + i) * 4;
+        read_stored(dev, extents, table, &mut pointers)?;
+        let start = u64::from(u32::from_le_bytes([
+            pointers[0],
+            pointers[1],
+            pointers[2],
+            pointers[3],
+        ]));
+        let end = u64::from(u32::from_le_bytes([
+            pointers[4],
+            pointers[5],
+            pointers[6],
+            pointers[7],
+        ]));
+        let Some(len) = end.checked_sub(start) else {
+            return Err(bad(format!(
+                "block {i} ends (byte {end}) before it starts (byte {start})"
+            )));
+        };
+        // zlib's deflateBound for one block, with room to spare.
+        let bound = block_size + (block_size >> 3) + (block_size >> 6) + 64;
+        if len > bound {
+            return Err(bad(format!(
+                "block {i} holds {len} compressed bytes, more than zlib can make of {block_size}"
+            )));
+        }
+        z.out.clear();
+        z.pos = 0;
+        if len == 0 {
+            z.out.resize(expected, 0);
+        } else {
+            z.compressed.resize(len as usize, 0);
+            read_stored(dev, extents, start, &mut z.compressed)?;
+            let mut inflater =
+                flate2::read::ZlibDecoder::new(z.compressed.as_slice()).take(expected as u64 + 1);
+            inflater
+                .read_to_end(&mut z.out)
+                .map_err(|e| bad(format!("block {i} (byte {start}) does not inflate: {e}")))?;
+            if z.out.len() != expected {
+                return Err(bad(format!(
+                    "block {i} (byte {start}) inflates to {} bytes, not {expected}",
+                    z.out.len()
+                )));
+            }
+        }
+        z.next_block += 1;
+        Ok(())
+    }
 }
 
 impl<R: Read + Seek> Read for FileReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
+        }
+        if let Some(z) = &mut self.inflating {
+            if z.pos == z.out.len() {
+                if z.next_block == z.blocks {
+                    return Ok(0);
+                }
+                Self::inflate_next(self.dev, &self.extents, z)?;
+            }
+            let n = buf.len().min(z.out.len() - z.pos);
+            buf[..n].copy_from_slice(&z.out[z.pos..z.pos + n]);
+            z.pos += n;
+            return Ok(n);
         }
         loop {
             let Some(extent) = self.extents.get(self.index).copied() else {
@@ -1106,12 +1720,20 @@ mod tests {
     }
 
     #[test]
-    fn iso_names_lose_version_and_trailing_dot() {
-        assert_eq!(iso_name(b"FOO.;1"), "FOO");
-        assert_eq!(iso_name(b"A.TAR.GZ;1"), "A.TAR.GZ");
-        assert_eq!(iso_name(b"DIR"), "DIR");
-        assert_eq!(strip_version("x;y"), "x;y");
+    fn iso_names_read_as_linux_shows_them() {
+        assert_eq!(iso_name(b"FOO.;1"), "foo");
+        assert_eq!(iso_name(b"A.TAR.GZ;1"), "a.tar.gz");
+        assert_eq!(iso_name(b"DIR"), "dir");
+        assert_eq!(iso_name(b"X;Y"), "x.y");
+        assert_eq!(iso_name(b"OLD.;2"), "old..2");
         assert_eq!(ucs2_be(&[0, b'e', 0, b't', 0]), "et");
+        assert_eq!(ucs2_be(&[0, b'e', 0, 0, 0, b't']), "e");
+        let utf16 = |s: &str| -> Vec<u8> { s.encode_utf16().flat_map(u16::to_be_bytes).collect() };
+        assert_eq!(joliet_name(&utf16("Etcd.tar.gz;1")), "Etcd.tar.gz");
+        assert_eq!(joliet_name(&utf16("dots...;1")), "dots");
+        assert_eq!(joliet_name(&utf16(".")), ".");
+        assert!(names_match(Naming::Joliet, "ReadMe.TXT", "readme.txt."));
+        assert!(!names_match(Naming::RockRidge, "ReadMe.TXT", "readme.txt"));
     }
 
     #[test]
@@ -1128,7 +1750,7 @@ mod tests {
         img.put(22 * S, &[0xBB; 100]);
         let mut iso = img.open().unwrap();
         let file = iso.find("big").unwrap().unwrap();
-        assert_eq!((file.path.as_str(), file.size), ("BIG", 2148));
+        assert_eq!((file.path.as_str(), file.size), ("big", 2148));
         let data = read(&mut iso, &file);
         assert_eq!(data.len(), 2148);
         assert!(data[..S].iter().all(|&b| b == 0xAA) && data[S..].iter().all(|&b| b == 0xBB));
@@ -1161,7 +1783,7 @@ mod tests {
         img.root(&[], &records);
         img.put(21 * S, b"abc");
         let mut iso = img.open().unwrap();
-        let file = iso.find("F").unwrap().unwrap();
+        let file = iso.find("f").unwrap().unwrap();
         assert_eq!(read(&mut iso, &file), b"abc");
     }
 
@@ -1173,7 +1795,7 @@ mod tests {
         img.records(19 * S, &[record(b"LATE.;1", 20, 4, 0, &[])]);
         img.put(20 * S, b"late");
         let mut iso = img.open().unwrap();
-        let file = iso.find("LATE").unwrap().unwrap();
+        let file = iso.find("late").unwrap().unwrap();
         assert_eq!(read(&mut iso, &file), b"late");
     }
 
@@ -1229,7 +1851,7 @@ mod tests {
         let mut su = nm(NM_CURRENT, b"");
         su.extend(nm(NM_PARENT, b""));
         img.root(&SP, &[record(b"PLAIN.;1", 20, 1, 0, &su)]);
-        assert_eq!(img.open().unwrap().list_root().unwrap(), ["PLAIN"]);
+        assert_eq!(img.open().unwrap().list_root().unwrap(), ["plain"]);
     }
 
     #[test]
@@ -1274,14 +1896,127 @@ mod tests {
     }
 
     #[test]
-    fn rock_ridge_name_longer_than_the_limit_is_corrupt() {
+    fn rock_ridge_name_stops_growing_before_254_bytes_as_in_linux() {
         let mut img = Img::new(24);
         let mut su = nm(1, &[b'a'; 100]);
         su.extend(ce(19, 0, 2000));
         img.root(&SP, &[record(b"A.;1", 20, 1, 0, &su)]);
         let area: Vec<u8> = (0..10).flat_map(|_| nm(1, &[b'b'; 100])).collect();
         img.put(19 * S, &area);
-        let msg = img.open().unwrap().find("a").unwrap_err().to_string();
-        assert!(msg.contains("longer than 1024"), "{msg}");
+        let mut iso = img.open().unwrap();
+        let kept = format!("{}{}", "a".repeat(100), "b".repeat(100));
+        assert_eq!(iso.list_root().unwrap(), std::slice::from_ref(&kept));
+        assert!(iso.find(&kept).unwrap().is_some());
+    }
+
+    /// An image whose root directory holds `bytes` of valid records, the last one
+    /// `LAST.;1`.
+    fn root_of(bytes: usize) -> Img {
+        let sectors = bytes / S;
+        let mut img = Img::new(18 + sectors + 1);
+        img.descriptor(16, 1, b"PRIMARY", 18, bytes as u32);
+        img.root(&[], &[]);
+        let mut n = 0;
+        for sector in 18..18 + sectors {
+            let mut at = sector * S + if sector == 18 { 68 } else { 0 };
+            loop {
+                let id = if sector + 1 == 18 + sectors && at + 2 * 42 > (sector + 1) * S {
+                    b"LAST.;1".to_vec()
+                } else {
+                    format!("F{n:07}.;1").into_bytes()
+                };
+                let r = record(&id, 0, 0, 0, &[]);
+                if at + r.len() > (sector + 1) * S {
+                    break;
+                }
+                img.put(at, &r);
+                at += r.len();
+                n += 1;
+            }
+        }
+        img
+    }
+
+    #[test]
+    fn root_directory_beyond_the_directory_bound_is_a_limit_not_corruption() {
+        let img = root_of(17 << 20);
+        let mut iso = img.open().unwrap();
+        let err = iso.find("last").unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, IsoError::Limit(_)), "{msg}");
+        assert!(
+            msg.contains("the root directory at sector 18 holds 17825792 bytes of records (17 MiB), more than the 16 MiB"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("MAX_DIR_BYTES") && msg.contains("fewer names"),
+            "{msg}"
+        );
+        assert!(!msg.contains("corrupt"), "{msg}");
+        assert!(matches!(iso.list_root(), Err(IsoError::Limit(_))));
+        // A root of exactly the bound is read to its last record.
+        let img = root_of(MAX_DIR_BYTES as usize);
+        let mut iso = img.open().unwrap();
+        assert_eq!(iso.find("last").unwrap().unwrap().path, "last");
+    }
+
+    fn px(mode: u32) -> Vec<u8> {
+        let mut e = vec![b'P', b'X', 36, 1];
+        for v in [mode, 1, 0, 0] {
+            e.extend_from_slice(&both32(v));
+        }
+        e
+    }
+
+    #[test]
+    fn fifo_device_or_socket_on_the_path_is_not_a_regular_file() {
+        let kinds = [
+            (0o010644, "FIFO"),
+            (0o020644, "character device"),
+            (0o060644, "block device"),
+            (0o140644, "socket"),
+        ];
+        for (mode, kind) in kinds {
+            for (path, want) in [("f", "f"), ("f/g", "f")] {
+                let mut img = Img::new(24);
+                let mut su = nm(0, b"f");
+                su.extend(px(mode));
+                img.root(&SP, &[record(b"F.;1", 20, 1, 0, &su)]);
+                let err = img.open().unwrap().find(path).unwrap_err();
+                assert!(err.is_unsafe(), "{err}");
+                assert_eq!(
+                    err.to_string(),
+                    format!("{want} is a Rock Ridge {kind}, not a regular file")
+                );
+            }
+        }
+        // A regular PX mode is a file.
+        let mut img = Img::new(24);
+        let mut su = nm(0, b"f");
+        su.extend(px(0o100644));
+        img.root(&SP, &[record(b"F.;1", 20, 1, 0, &su)]);
+        assert!(img.open().unwrap().find("f").unwrap().is_some());
+    }
+
+    #[test]
+    fn link_target_with_control_characters_is_shown_on_one_line() {
+        let mut img = Img::new(24);
+        let mut su = nm(0, b"l");
+        // SL: flags 0, then one component "a\nb\x1b[31m".
+        let target = b"a\nb\x1b[31m";
+        su.extend([
+            b'S',
+            b'L',
+            5 + 2 + target.len() as u8,
+            1,
+            0,
+            0,
+            target.len() as u8,
+        ]);
+        su.extend_from_slice(target);
+        img.root(&SP, &[record(b"L.;1", 20, 0, 0, &su)]);
+        let msg = img.open().unwrap().find("l").unwrap_err().to_string();
+        assert!(!msg.contains('\n') && !msg.contains('\x1b'), "{msg}");
+        assert!(msg.contains("link to a\\nb\\u{1b}[31m"), "{msg}");
     }
 }

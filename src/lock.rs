@@ -15,8 +15,8 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Where the run lock lives.
-pub const LOCK_PATH: &str = "/run/etcd-setup/run.lock";
+/// The run lock's name in the live state folder (`/run/etcd-setup`).
+pub const LOCK_FILE: &str = "run.lock";
 
 /// How often a waiting run tries the lock again.
 const POLL: Duration = Duration::from_millis(100);
@@ -39,18 +39,7 @@ impl RunLock {
     /// Fails with `locked` naming the holder's PID when the wait runs out, and with
     /// `internal-error` (`disk-full` when out of space) when the file cannot be opened.
     pub fn acquire(path: &Path, wait: Duration) -> Result<RunLock, Failure> {
-        let mut file = open(path).map_err(|e| {
-            let code = if e.raw_os_error() == Some(Errno::ENOSPC as i32) {
-                ReasonCode::DiskFull
-            } else {
-                ReasonCode::InternalError
-            };
-            Failure::new(
-                code,
-                format!("cannot open the run lock {}: {e}", path.display()),
-            )
-            .with_source(e)
-        })?;
+        let mut file = open(path).map_err(|e| Failure::io(path, "cannot open the run lock", e))?;
         let deadline = Instant::now() + wait;
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {

@@ -10,6 +10,7 @@ fn main() -> ExitCode {
         Command::Run(args) => etcd_setup::run::command(&args),
         Command::Check(args) => etcd_setup::check::command(&args),
         Command::Status(args) => etcd_setup::status::command(&args),
+        Command::Leave(args) => etcd_setup::leave::command(&args),
         Command::ServeStatus(args) => etcd_setup::status::server::command(&args),
     };
     ExitCode::from(code)

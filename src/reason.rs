@@ -4,6 +4,8 @@
 //! operator would fix differently. The first line of the failure file is `code: sentence`.
 
 use std::fmt;
+use std::io;
+use std::path::Path;
 
 /// Why `etcd-setup` did not get etcd running, as written to the failure file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -39,10 +41,27 @@ pub enum ReasonCode {
     EtcdUnhealthy,
     /// Another `etcd-setup run` holds the lock for too long.
     Locked,
+    /// The running cluster is another one than this node's configuration describes
+    /// (another cluster ID, so another token or initial member list).
+    ClusterMismatch,
+    /// Joining the existing cluster waited too long (no quorum, another learner, a
+    /// member with this node's name).
+    JoinBlocked,
+    /// etcd refused a step of joining (remove the stale member, add the learner).
+    JoinFailed,
+    /// The learner did not catch up in time; it was removed again.
+    LearnerStalled,
+    /// Leaving was refused: the last member, or the quorum would break (without --force).
+    LeaveRefused,
+    /// Removing this member failed.
+    LeaveFailed,
     /// The run was stopped by a signal before it finished.
     Interrupted,
     /// A bug or an unexpected condition in etcd-setup itself.
     InternalError,
+    /// `status` found a state file it cannot read (corrupt, a link, a FIFO, a later
+    /// schema): what the run did is unknown. Never written by `run`.
+    StateUnreadable,
 }
 
 impl ReasonCode {
@@ -63,8 +82,15 @@ impl ReasonCode {
         ReasonCode::EtcdStartFailed,
         ReasonCode::EtcdUnhealthy,
         ReasonCode::Locked,
+        ReasonCode::ClusterMismatch,
+        ReasonCode::JoinBlocked,
+        ReasonCode::JoinFailed,
+        ReasonCode::LearnerStalled,
+        ReasonCode::LeaveRefused,
+        ReasonCode::LeaveFailed,
         ReasonCode::Interrupted,
         ReasonCode::InternalError,
+        ReasonCode::StateUnreadable,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -85,8 +111,15 @@ impl ReasonCode {
             ReasonCode::EtcdStartFailed => "etcd-start-failed",
             ReasonCode::EtcdUnhealthy => "etcd-unhealthy",
             ReasonCode::Locked => "locked",
+            ReasonCode::ClusterMismatch => "cluster-mismatch",
+            ReasonCode::JoinBlocked => "join-blocked",
+            ReasonCode::JoinFailed => "join-failed",
+            ReasonCode::LearnerStalled => "learner-stalled",
+            ReasonCode::LeaveRefused => "leave-refused",
+            ReasonCode::LeaveFailed => "leave-failed",
             ReasonCode::Interrupted => "interrupted",
             ReasonCode::InternalError => "internal-error",
+            ReasonCode::StateUnreadable => "state-unreadable",
         }
     }
 }
@@ -133,6 +166,65 @@ impl Failure {
     }
 }
 
+/// Constructors for the causes that recur across steps, so each sentence is written once.
+impl Failure {
+    /// A filesystem error on `path` during `what` (e.g. "cannot write"): `disk-full` for
+    /// ENOSPC and EDQUOT, wherever it happens, else `internal-error`.
+    pub fn io(path: &Path, what: &str, err: io::Error) -> Failure {
+        match err.raw_os_error() {
+            Some(ENOSPC | EDQUOT) => Failure::new(
+                ReasonCode::DiskFull,
+                format!(
+                    "the disk holding {} is full ({err}); free space there and run again",
+                    path.display()
+                ),
+            ),
+            _ => Failure::new(
+                ReasonCode::InternalError,
+                format!("{what} {}: {err}", path.display()),
+            ),
+        }
+        .with_source(err)
+    }
+
+    /// The disc or image `what` (a device, an image file, a path on the disc) could not
+    /// be read: `iso-unreadable`, naming it.
+    pub fn iso_unreadable(what: impl fmt::Display, err: impl Into<anyhow::Error>) -> Failure {
+        let err = err.into();
+        Failure::new(
+            ReasonCode::IsoUnreadable,
+            format!("cannot read {what}: {err}"),
+        )
+        .with_source(err)
+    }
+
+    /// The Kubernetes ISO on `device` (label `label`) lacks the archive at
+    /// `archive_path`: `archive-missing`, with what its top level holds as the detail.
+    pub fn archive_missing(
+        device: impl fmt::Display,
+        label: &str,
+        archive_path: &str,
+        top_level: &[String],
+    ) -> Failure {
+        Failure::new(
+            ReasonCode::ArchiveMissing,
+            format!(
+                "the Kubernetes ISO on {device} (label {label}) has no {archive_path}; \
+                 rebuild it with an etcd version"
+            ),
+        )
+        .with_source(anyhow::anyhow!(
+            "the disc's top level holds: {}",
+            top_level.join(", ")
+        ))
+    }
+}
+
+/// Linux `ENOSPC`: no space left on the device.
+const ENOSPC: i32 = nix::errno::Errno::ENOSPC as i32;
+/// Linux `EDQUOT`: disk quota exceeded.
+const EDQUOT: i32 = nix::errno::Errno::EDQUOT as i32;
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.headline())
@@ -161,6 +253,22 @@ mod tests {
             let back: ReasonCode = serde_json::from_str(&json).unwrap();
             assert_eq!(back, *code);
         }
+    }
+
+    #[test]
+    fn no_space_and_quota_errors_are_disk_full_everywhere() {
+        for errno in [ENOSPC, EDQUOT] {
+            let f = Failure::io(
+                Path::new("/var/lib/x"),
+                "cannot write",
+                io::Error::from_raw_os_error(errno),
+            );
+            assert_eq!(f.code, ReasonCode::DiskFull);
+            assert!(f.message.contains("/var/lib/x"), "{}", f.message);
+        }
+        let f = Failure::io(Path::new("/x"), "cannot write", io::Error::other("boom"));
+        assert_eq!(f.code, ReasonCode::InternalError);
+        assert_eq!(f.message, "cannot write /x: boom");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! archive-missing: the Kubernetes ISO on /dev/sr0 (label CDROM) has no etcd/etcd-linux-amd64.tar.gz; …
-//! cause: …                       (one line per error in the chain, outermost first)
+//! cause: …                       (one line per error in the chain, outermost first; a
+//!                                 cause of several lines gives one `cause:` line each)
 //! agent: etcd-setup 0.1.0 (3f2a9c1d0e4b)
 //! time: 2026-05-01T12:34:56Z
 //! host: etcd-1
@@ -24,9 +25,9 @@ mod state;
 mod time;
 
 pub use atomic::atomic_write;
-pub use failure::{clear_failure, one_line, write_failure};
+pub use failure::{clear_failure, write_failure};
 pub use reporter::{Reporter, SharedReporter};
-pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore};
+pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable};
 pub use time::rfc3339;
 
 /// The live state folder, emptied at every boot.

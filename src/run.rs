@@ -11,13 +11,13 @@ use crate::discover::{self, Wait};
 use crate::exit::run as exit;
 use crate::health::{self, Health};
 use crate::install;
+use crate::lifecycle::{self, join::Plan, Node};
 use crate::lock::RunLock;
 use crate::reason::{Failure, ReasonCode};
 use crate::report::{self, Phase, Reporter, SharedReporter, State, StateStore};
 use crate::source;
 use crate::systemd::{self, JobResult, Systemd, Watched};
-use crate::unit::{self, EtcdUnitParams, ETCD_UNIT};
-use std::fs::File;
+use crate::unit::{self, ETCD_UNIT};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
@@ -75,7 +75,13 @@ pub fn command(args: &RunArgs) -> u8 {
     });
     let paths = Paths::new(&args.dirs);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(&args.config, &paths, args.lock_timeout, &shared)
+        run(
+            &args.config,
+            &paths,
+            args.lock_timeout,
+            args.rejoin,
+            &shared,
+        )
     }));
     match outcome {
         Ok(code) => code,
@@ -90,13 +96,15 @@ pub fn command(args: &RunArgs) -> u8 {
     }
 }
 
-/// Runs the boot job with the configuration at `config_path`. Returns the exit code.
+/// Runs the boot job with the configuration at `config_path`. Returns the exit code. A
+/// node whose record says it left its cluster does nothing unless `rejoin`.
 /// `lock_timeout` bounds the wait for another run (default: ISO wait + start timeout +
 /// 5 minutes).
 pub fn run(
     config_path: &Path,
     paths: &Paths,
     lock_timeout: Option<Duration>,
+    rejoin: bool,
     shared: &SharedReporter,
 ) -> u8 {
     let settings = match config::load(config_path) {
@@ -120,7 +128,7 @@ pub fn run(
 
     // One run at a time. A run that had to wait adopts the outcome of the one it waited
     // for when that one failed, instead of waiting for the ISO all over again.
-    let lock_path = paths.run_dir.join("run.lock");
+    let lock_path = paths.run_dir.join(crate::lock::LOCK_FILE);
     let _lock = match RunLock::acquire(&lock_path, Duration::ZERO) {
         Ok(l) => l,
         Err(_) => {
@@ -165,6 +173,20 @@ pub fn run(
         }
     };
 
+    // A node that left its cluster stays out of it, at every boot, until told otherwise.
+    if !rejoin {
+        if let Ok(Some(prev)) = paths.store().load() {
+            if prev.phase == Phase::Left {
+                with(shared, |r| {
+                    r.log(
+                        5,
+                        "this node left its cluster (etcd-setup leave); etcd stays off. `etcd-setup run --rejoin` joins it again",
+                    )
+                });
+                return exit::LEFT;
+            }
+        }
+    }
     with(shared, |r| r.holds_lock = true);
     match steps(&settings, paths, shared) {
         Ok(()) => exit::OK,
@@ -200,7 +222,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
             )
         });
         let sd = Arc::new(Systemd::connect()?);
-        return start_and_confirm(settings, &sd, shared);
+        return start_member(settings, &sd, shared, None);
     }
 
     install::ensure_dir(install_dir)?;
@@ -232,7 +254,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         sys_block: &paths.sys_block,
         dev: &paths.dev,
     };
-    let (device, label) = discover::wait_for_iso(&wait, |waited| {
+    let found = discover::wait_for_iso(&wait, |waited| {
         with(shared, |r| {
             r.progress(&format!(
                 "waiting for the Kubernetes ISO, {} s of {} s",
@@ -241,7 +263,9 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
             ))
         })
     })?;
+    let device = found.device.clone();
     let shown = device.display().to_string();
+    let label = found.label.clone();
     with(shared, |r| {
         r.state.device = Some(shown.clone());
         r.state.label = Some(label.clone());
@@ -254,21 +278,19 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         )
     });
 
-    let disc = File::open(&device).map_err(|e| {
-        Failure::new(
-            ReasonCode::IsoUnreadable,
-            format!("cannot open {shown}: {e}"),
-        )
-        .with_source(e)
-    })?;
-    let validated = source::validate_iso(
-        disc,
-        &shown,
+    let seen_at = found.seen_at;
+    with(shared, |r| {
+        r.step_at("disc-seen", seen_at);
+        r.step("disc-read");
+    });
+    let validated = source::validate_found(
+        found,
         &settings.archive_path,
         install_dir,
         &settings.policy(),
     )?;
     let release = validated.extracted;
+    with(shared, |r| r.step("archive-pass-done"));
     with(shared, |r| {
         r.state.sha256 = Some(release.sha256_hex());
         r.state.etcd_version = Some(release.version.clone());
@@ -289,10 +311,24 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         sd.stop(ETCD_UNIT, Duration::from_secs(60))?;
     }
     install::install_binaries(&release, install_dir)?;
+    with(shared, |r| r.step("installed"));
     drop(release);
-    write_unit(settings)?;
 
-    start_and_confirm(settings, &sd, shared)?;
+    // A new cluster, a member with its data, or a join of the cluster that exists.
+    with(shared, |r| {
+        r.enter(
+            Phase::Starting,
+            "asking the other members whether the cluster exists",
+        )
+    });
+    let node = Node::from_settings(settings);
+    let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
+        with(shared, |r| r.progress(&p.to_string()))
+    })?;
+    write_unit(settings, plan.as_ref())?;
+    with(shared, |r| r.step("unit-written"));
+
+    start_member(settings, &sd, shared, plan)?;
     if settings.eject {
         eject(&device, shared);
     }
@@ -308,49 +344,69 @@ fn already_installed(settings: &Settings, paths: &Paths) -> Option<State> {
     (previous.phase == Phase::Running && intact).then_some(previous)
 }
 
-fn unit_params(s: &Settings) -> EtcdUnitParams {
-    let tls = |t: &Option<config::TlsFiles>| {
-        t.as_ref()
-            .map(|f| (f.cert.clone(), f.key.clone(), f.trusted_ca.clone()))
+/// Writes etcd's environment file and unit, each atomically: the configured membership,
+/// or the one a join prepared.
+fn write_unit(settings: &Settings, join: Option<&Plan>) -> Result<(), Failure> {
+    let membership = match join {
+        Some(plan) => unit::Membership {
+            initial_cluster: plan.initial_cluster.clone(),
+            state: plan.state,
+        },
+        None => unit::Membership::configured(settings),
     };
-    EtcdUnitParams {
-        install_dir: s.install_dir.clone(),
-        data_dir: s.data_dir.clone(),
-        name: s.node_name.clone(),
-        initial_cluster: s.initial_cluster_arg(),
-        cluster_token: s.cluster_token.clone(),
-        cluster_state: s.cluster_state.as_str().to_string(),
-        listen_client_urls: s.listen_client_urls(),
-        advertise_client_urls: s.advertise_client_urls(),
-        listen_peer_urls: s.listen_peer_urls(),
-        initial_advertise_peer_urls: s.initial_advertise_peer_urls(),
-        metrics_url: s.metrics_url(),
-        client_tls: tls(&s.tls.client),
-        peer_tls: tls(&s.tls.peer),
-        start_timeout: s.start_timeout,
-        members: s.initial_cluster.len(),
-    }
-}
-
-/// Writes etcd's environment file and unit, each atomically.
-fn write_unit(settings: &Settings) -> Result<(), Failure> {
-    let params = unit_params(settings);
-    let env = unit::render_env(&params)?;
-    let text = unit::render_unit(&params)?;
+    let env = unit::render_env(settings, &membership);
+    let text = unit::render_unit(settings);
     for (path, body) in [(unit::ENV_FILE, env), (unit::UNIT_FILE, text)] {
         let path = Path::new(path);
         if let Some(parent) = path.parent() {
             install::ensure_dir(parent)?;
         }
-        report::atomic_write(path, body.as_bytes(), 0o644, Some((0, 0))).map_err(|e| {
-            let code = match e.raw_os_error() {
-                Some(c) if c == nix::errno::Errno::ENOSPC as i32 => ReasonCode::DiskFull,
-                _ => ReasonCode::InternalError,
-            };
-            Failure::new(code, format!("cannot write {}: {e}", path.display())).with_source(e)
-        })?;
+        report::atomic_write(path, body.as_bytes(), 0o644, Some((0, 0)))
+            .map_err(|e| Failure::io(path, "cannot write", e))?;
     }
     Ok(())
+}
+
+/// How long a joining node waits for the cluster to allow it (a quorum of healthy voters,
+/// no other learner): the start timeout, which covers the other members booting too.
+fn join_wait(settings: &Settings) -> Duration {
+    settings.start_timeout
+}
+
+/// Starts etcd and confirms it ([`start_and_confirm`]), promoting a joining learner on the
+/// way. When etcd exits because this member was removed from the cluster while its data
+/// survived (a reboot after `etcdctl member remove`, say), the data dir is moved aside and
+/// the node joins the cluster anew, once.
+fn start_member(
+    settings: &Settings,
+    sd: &Arc<Systemd>,
+    shared: &SharedReporter,
+    join: Option<Plan>,
+) -> Result<(), Failure> {
+    let node = Node::from_settings(settings);
+    let failure = match start_and_confirm(settings, sd, shared, join.as_ref().map(|p| (&node, p))) {
+        Ok(()) => return Ok(()),
+        Err(f) => f,
+    };
+    let removed = failure.code == ReasonCode::EtcdStartFailed
+        && systemd::journal_tail(ETCD_UNIT, 30)
+            .iter()
+            .any(|l| crate::etcd::says_member_removed(l));
+    if !removed || join.is_some() {
+        return Err(failure);
+    }
+    with(shared, |r| {
+        r.progress("etcd says this member was removed from the cluster; joining it anew")
+    });
+    sd.stop(ETCD_UNIT, Duration::from_secs(60))?;
+    let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
+        with(shared, |r| r.progress(&p.to_string()))
+    })?;
+    let Some(plan) = plan else {
+        return Err(failure);
+    };
+    write_unit(settings, Some(&plan))?;
+    start_and_confirm(settings, sd, shared, Some((&node, &plan)))
 }
 
 /// Reloads systemd, enables and starts etcd, waits for the start job (a first member of a
@@ -360,6 +416,7 @@ fn start_and_confirm(
     settings: &Settings,
     sd: &Arc<Systemd>,
     shared: &SharedReporter,
+    join: Option<(&Node, &Plan)>,
 ) -> Result<(), Failure> {
     with(shared, |r| {
         if r.phase() == Phase::Starting {
@@ -368,10 +425,12 @@ fn start_and_confirm(
             r.enter(Phase::Starting, "starting etcd.service")
         }
     });
-    sd.reload()?;
+    // Enabling reloads systemd, which also reads the unit just written: one reload, not
+    // two (each reruns every generator, cloud-init's included: over a second under TCG).
+    sd.enable(ETCD_UNIT)?;
+    with(shared, |r| r.step("enabled-and-reloaded"));
     // A unit that hit its start limit in an earlier run would refuse to start at once.
     sd.reset_failed(ETCD_UNIT)?;
-    sd.enable(ETCD_UNIT)?;
     let limit = settings.start_timeout + Duration::from_secs(30);
     let (tx, rx) = mpsc::channel();
     let starter = Arc::clone(sd);
@@ -429,16 +488,44 @@ fn start_and_confirm(
         }
     }
 
-    // Up: now it must stay up (no restart, still active) over the settle period, followed
-    // from systemd's PropertiesChanged signals, and answer its health endpoint.
+    // Up: it must answer its health endpoint, and stay up (no restart, still active) over
+    // the settle period counted from now, followed from systemd's PropertiesChanged
+    // signals. Health first: it is what clients wait for, and it does not need to wait
+    // for the settle period to end.
+    with(shared, |r| r.step("start-job-done"));
+    // A learner serves no linearizable read, which /health makes: promote it first,
+    // through the voting members.
+    if let Some((node, plan)) = join {
+        lifecycle::join::promote(node, plan, settings.start_timeout, &mut |p| {
+            with(shared, |r| r.progress(&p.to_string()))
+        })?;
+        with(shared, |r| r.step("promoted"));
+    }
+    let settle_end = Instant::now() + settings.settle;
     let base = sd.unit_state(ETCD_UNIT)?;
+    let metrics = SocketAddr::from(([127, 0, 0, 1], settings.metrics_port));
+    let health_end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let health = health::check(metrics, Duration::from_secs(2));
+        if health == Health::Healthy {
+            break;
+        }
+        if Instant::now() >= health_end {
+            return Err(Failure::new(
+                ReasonCode::EtcdUnhealthy,
+                format!("etcd.service is active but http://{metrics}/health did not answer healthy within 30 s: {health:?}"),
+            ));
+        }
+        // etcd's health has no event to await: ask again shortly.
+        std::thread::sleep(Duration::from_millis(100));
+    }
     with(shared, |r| {
+        r.step("healthy");
         r.progress(&format!(
-            "etcd is active; confirming it stays up for {} s",
+            "etcd is active and healthy; confirming it stays up for {} s",
             settings.settle.as_secs()
         ))
     });
-    let settle_end = Instant::now() + settings.settle;
     let watched = sd.watch_until(ETCD_UNIT, settle_end, |s| {
         s.n_restarts > base.n_restarts || !s.is_active()
     })?;
@@ -454,22 +541,6 @@ fn start_and_confirm(
             ),
         )
         .with_source(anyhow::anyhow!("last journal lines of etcd.service:\n{}", journal.join("\n"))));
-    }
-    let metrics = SocketAddr::from(([127, 0, 0, 1], settings.metrics_port));
-    let health_end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let health = health::check(metrics, Duration::from_secs(2));
-        if health == Health::Healthy {
-            break;
-        }
-        if Instant::now() >= health_end {
-            return Err(Failure::new(
-                ReasonCode::EtcdUnhealthy,
-                format!("etcd.service is active but http://{metrics}/health did not answer healthy within 30 s: {health:?}"),
-            ));
-        }
-        // etcd's health has no event to await: ask again shortly.
-        std::thread::sleep(Duration::from_millis(500));
     }
     // The baseline for status's crash-loop rule: restarts after this one are news. The
     // settle watch saw none beyond `base`; a read that fails keeps that.

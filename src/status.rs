@@ -23,7 +23,7 @@ mod text;
 mod verdict;
 
 pub use client::{command, query, ClientError};
-#[cfg(feature = "test-fixtures")]
+#[cfg(any(test, feature = "test-fixtures"))]
 pub use live::FileLive;
 pub use live::{health_text, EtcdLive, LiveView, SystemLive};
 pub use protocol::{Answer, ErrorBody, EtcdView, Reply, Request, RunView, Verdict};

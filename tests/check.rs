@@ -37,10 +37,15 @@ fn passes_the_platform_iso_with_etcd_3_5_1_and_reports_version_label_and_digest(
     let text = stdout(&out);
     let digest = support::inputs::sha256_file(&input("etcd-v3.5.1-linux-amd64.tar.gz"));
     assert!(
-        text.contains(": ok: etcd 3.5.1 linux-amd64 with etcdutl from ISO label CDROM"),
+        text.contains(
+            ": ok: etcd 3.5.1 linux-amd64 with etcdutl from ISO label CDROM (rock-ridge names)"
+        ),
         "{text}"
     );
     assert!(text.contains(&digest), "{text}");
+    // The tree read is the one Linux mounts: Rock Ridge, as xorriso -R writes it.
+    let out = check(&["--format", "json"], &[&iso]);
+    assert_eq!(json(&out)["results"][0]["naming"], "rock-ridge");
 }
 
 #[test]
@@ -223,4 +228,214 @@ fn running_as_root() -> bool {
                 .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false)
+}
+
+/// A copy of the platform ISO in `dir` whose primary volume label is `label` (at most
+/// 32 bytes, written over the descriptor's volume identifier as a hostile disc would).
+fn iso_labelled(dir: &Path, label: &[u8]) -> PathBuf {
+    let path = dir.join("evil.iso");
+    let mut bytes = std::fs::read(input("k8s-etcd-3.5.1.iso")).unwrap();
+    let field = &mut bytes[16 * 2048 + 40..16 * 2048 + 72];
+    field.fill(b' ');
+    field[..label.len()].copy_from_slice(label);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Issue 15 item 2: a label holding a newline and an escape sequence forged a second,
+/// red `ok` line. It is printed escaped on its one line; JSON keeps the exact label.
+#[test]
+fn a_label_with_a_newline_and_an_escape_cannot_forge_a_check_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let label = "X\nevil.iso: ok: etcd 9.9.9\x1b[31m";
+    let iso = iso_labelled(dir.path(), label.as_bytes());
+    let out = check(&[], &[&iso]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(!text.contains('\x1b'), "{text:?}");
+    assert!(
+        text.contains(
+            "from ISO label X\\nevil.iso: ok: etcd 9.9.9\\x1b[31m (rock-ridge names); sha256 "
+        ),
+        "{text}"
+    );
+    let out = check(&["--format", "json"], &[&iso]);
+    assert_eq!(json(&out)["results"][0]["label"], label);
+}
+
+/// The names on a disc reach the `archive-missing` detail line: a name with a newline
+/// and an escape stays on that line.
+#[test]
+fn a_name_on_the_disc_with_a_newline_cannot_forge_a_check_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let name = "a\nevil.iso: ok: etcd 9.9.9\x1b[31m";
+    std::fs::write(tree.join(name), b"x").unwrap();
+    let iso = dir.path().join("names.iso");
+    support::inputs::make_iso(&tree, "NAMES", &iso);
+    let out = check(&[], &[&iso]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].contains(": FAILED: archive-missing: "), "{text}");
+    assert!(
+        lines[1].contains("a\\nevil.iso: ok: etcd 9.9.9\\x1b[31m"),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'), "{text:?}");
+}
+
+/// `check A B | head -1`: stdout closes under the command. It ends quietly with the exit
+/// code its outcome gives, text or JSON (issue 15 item 9).
+#[test]
+fn a_closed_stdout_ends_check_quietly_with_its_exit_code() {
+    let iso = input("k8s-etcd-3.5.1.iso");
+    for format in ["text", "json"] {
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        drop(read_end); // the reader is gone before the first line
+        let out = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+            .args(["check", "--format", format])
+            .args([&iso, &iso])
+            .stdout(std::process::Stdio::from(write_end))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{format}: {err}");
+        assert!(err.is_empty(), "{format}: {err}");
+    }
+}
+
+/// SIGINT or SIGTERM in the middle of a check leaves nothing in TMPDIR (the staging
+/// folder holds 26–56 MB), and the process ends by that signal (issue 15 item 10).
+#[test]
+fn a_signal_during_check_removes_its_staging_folder() {
+    use std::os::unix::process::ExitStatusExt;
+    for sig in [nix::sys::signal::SIGTERM, nix::sys::signal::SIGINT] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+            .arg("check")
+            .arg(input("k8s-etcd-3.5.1.iso"))
+            .env("TMPDIR", tmp.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait until extraction has written files (the staging folder is not empty).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while walk_size(tmp.path()) < 1 << 20 {
+            assert!(std::time::Instant::now() < deadline, "no staging seen");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, sig).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig as i32), "{sig}: {status:?}");
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert!(left.is_empty(), "{sig}: check left {left:?} in TMPDIR");
+    }
+}
+
+/// Bytes in regular files under `dir`, however deep.
+fn walk_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => walk_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A FIFO nobody writes to no longer hangs `check`; a pipe (`<(cat t.tgz)`,
+/// `/dev/stdin`) holding a tarball is streamed; a directory is named as one (issue 15
+/// item 11).
+#[test]
+fn check_refuses_a_silent_fifo_and_streams_a_tarball_from_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let out = check(&[], &[&fifo]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "FAILED: iso-unreadable: the pipe {} gave no data within 10 s",
+            fifo.display()
+        )),
+        "{}",
+        stdout(&out)
+    );
+
+    let tarball = input("etcd-v3.5.1-linux-amd64.tar.gz");
+    let out = Command::new("bash")
+        .args(["-c", "exec \"$0\" check <(cat \"$1\")"])
+        .arg(env!("CARGO_BIN_EXE_etcd-setup"))
+        .arg(&tarball)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout(&out).contains(": ok: etcd 3.5.1 linux-amd64 with etcdutl from tarball"));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+        .args(["check", "--format", "json", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            let mut stdin = child.stdin.take().unwrap();
+            let bytes = std::fs::read(&tarball).unwrap();
+            let writer = std::thread::spawn(move || {
+                let _ = std::io::Write::write_all(&mut stdin, &bytes);
+            });
+            let out = child.wait_with_output();
+            writer.join().unwrap();
+            out
+        })
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(json(&out)["results"][0]["kind"], "tarball");
+
+    // An ISO cannot be read from a pipe: said so, not "Invalid seek".
+    let out = Command::new("bash")
+        .args(["-c", "exec \"$0\" check <(cat \"$1\")"])
+        .arg(env!("CARGO_BIN_EXE_etcd-setup"))
+        .arg(input("k8s-etcd-3.5.1.iso"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("is a pipe holding an ISO 9660 image, which is read at offsets"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = check(&[], &[dir.path()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains(&format!("{} is a directory: give", dir.path().display())),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn an_empty_archive_path_is_refused_by_the_command_line() {
+    let out = check(&["--archive-path", ""], &[&input("k8s-etcd-3.5.1.iso")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the path of the tarball inside the ISO cannot be empty"),
+        "{err}"
+    );
 }

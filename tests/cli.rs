@@ -129,3 +129,51 @@ fn a_run_stopped_while_waiting_for_the_lock_writes_nothing() {
         assert!(!state.exists(), "{} was written", state.display());
     }
 }
+
+/// A configuration etcd's sandbox cannot honour (a TLS file under /home, hidden by
+/// `ProtectHome=`) fails `config-invalid` at once, naming the key the operator wrote:
+/// before the lock, before the ISO wait, before anything is installed.
+#[test]
+fn a_tls_file_under_home_is_config_invalid_before_any_wait() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (run, lib) = (dir.path().join("run"), dir.path().join("lib"));
+    let failed = dir.path().join("failed");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nname = \"etcd-1\"\nip = \"127.0.0.1\"\n\
+             [etcd]\ninitial_cluster = \"etcd-1=https://127.0.0.1:2380\"\ncluster_token = \"t\"\n\
+             [iso]\nwait = \"10min\"\n\
+             [report]\nfailure_file = \"{}\"\nowner = \"root\"\n\
+             [tls]\npeer_cert = \"/home/cloud/pki/peer.crt\"\n\
+             peer_key = \"/home/cloud/pki/peer.key\"\npeer_trusted_ca = \"/home/cloud/pki/ca.crt\"\n",
+            failed.display()
+        ),
+    )
+    .expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--run-dir")
+        .arg(&run)
+        .arg("--state-dir")
+        .arg(&lib)
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .expect("run etcd-setup run");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let text = std::fs::read_to_string(&failed).expect("failure file");
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!(
+            "config-invalid: {}: tls.peer_cert: /home/cloud/pki/peer.crt lies under /home",
+            config.display()
+        )),
+        "{first}"
+    );
+    // The run never got as far as waiting for the ISO, nor took the lock.
+    let state = std::fs::read_to_string(run.join("state.json")).expect("live state");
+    assert!(!state.contains("waiting-for-iso"), "{state}");
+    assert!(!run.join("run.lock").exists(), "the lock was taken");
+}

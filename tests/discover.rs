@@ -99,9 +99,9 @@ fn finds_the_iso_that_was_there_from_the_start_among_other_discs() {
         dev: &n.dev,
     };
     let started = Instant::now();
-    let (device, label) = wait_for_iso(&wait, |_| {}).expect("found");
-    assert_eq!(device, n.dev.join("sr1"));
-    assert_eq!(label, "K8S_1_28_4");
+    let found = wait_for_iso(&wait, |_| {}).expect("found");
+    assert_eq!(found.device, n.dev.join("sr1"));
+    assert_eq!(found.label, "K8S_1_28_4");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the first scan should find it"
@@ -161,4 +161,37 @@ fn times_out_with_iso_timeout_listing_every_device_and_label_seen() {
         "{}",
         err.message
     );
+}
+
+/// A Kubernetes ISO whose archive path is a Rock Ridge symlink (a mount would show a
+/// link, not the tarball): refused at once with archive-unsafe naming the link, not
+/// waited on until iso-timeout.
+#[test]
+fn a_symlink_at_the_archive_path_fails_at_once_with_archive_unsafe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("tree");
+    std::fs::create_dir_all(src.join("etcd")).unwrap();
+    std::fs::create_dir_all(src.join("k8s")).unwrap();
+    std::fs::write(src.join("etcd/real.tar.gz"), b"\x1f\x8b not really").unwrap();
+    std::os::unix::fs::symlink("real.tar.gz", src.join("etcd/etcd-linux-amd64.tar.gz")).unwrap();
+    let iso = tmp.path().join("linked.iso");
+    support::inputs::make_iso(&src, "CDROM", &iso);
+    let n = node(&[("sr0", &iso)]);
+    let wait = Wait {
+        archive_path: DEFAULT_ARCHIVE_PATH,
+        limit: Duration::from_secs(30),
+        sys_block: &n.sys,
+        dev: &n.dev,
+    };
+    let started = Instant::now();
+    let err = wait_for_iso(&wait, |_| {}).expect_err("a link is refused");
+    assert_eq!(err.code, ReasonCode::ArchiveUnsafe, "{}", err.message);
+    assert!(
+        err.message.contains("etcd/etcd-linux-amd64.tar.gz")
+            && err.message.contains("link")
+            && err.message.contains("real.tar.gz"),
+        "{}",
+        err.message
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "it waited");
 }

@@ -5,10 +5,15 @@
 #[path = "common/iso.rs"]
 mod iso;
 
+use etcd_setup::archive::Policy;
 use etcd_setup::iso9660::{is_iso9660, IsoError, IsoFile, IsoImage, Naming};
+use etcd_setup::reason::ReasonCode;
+use etcd_setup::source;
 use iso::{build_iso, patterned, Tool};
 use std::fs;
 use std::io::{Cursor, Read};
+use std::os::unix::fs::symlink;
+use std::process::Command;
 use std::sync::OnceLock;
 use tempfile::TempDir;
 
@@ -162,15 +167,21 @@ fn joliet_only_disc_is_read_through_the_joliet_tree() {
 }
 
 #[test]
-fn plain_iso9660_disc_with_relaxed_names_is_found_ignoring_case() {
-    // No Rock Ridge, no Joliet: the identifiers are upper case with a ";1" version.
+fn plain_iso9660_disc_with_relaxed_names_is_found_under_the_lower_case_names_linux_shows() {
+    // No Rock Ridge, no Joliet: the identifiers are upper case with a ";1" version, which
+    // a mount shows in lower case without the version (map=normal), compared exactly.
     let args = ["-l", "-allow-multidot", "-relaxed-filenames", "-V", "PLAIN"];
     let img = image(Tool::Genisoimage, &args, &k8s_tree());
-    let iso = open(&img).unwrap();
+    let mut iso = open(&img).unwrap();
     assert!(!iso.has_rock_ridge() && !iso.has_joliet());
+    assert_eq!(iso.naming(), Naming::Iso9660);
+    assert_eq!(iso.naming().as_str(), "iso9660");
     let file = assert_tarball_intact(&img);
     assert_eq!(file.naming, Naming::Iso9660);
-    assert_eq!(file.path, "ETCD/ETCD-LINUX-AMD64.TAR.GZ");
+    assert_eq!(file.path, TARBALL);
+    // The recorded upper-case spelling is not what a mount shows, so it is not found.
+    assert_eq!(iso.find("ETCD/ETCD-LINUX-AMD64.TAR.GZ").unwrap(), None);
+    assert_eq!(iso.find("mixedcase/readme.txt").unwrap().unwrap().size, 6);
 }
 
 #[test]
@@ -181,7 +192,7 @@ fn plain_iso9660_disc_with_8_3_names_does_not_have_the_tarball() {
     let mut iso = open(&img).unwrap();
     assert_eq!(iso.find(TARBALL).unwrap(), None);
     let root = iso.list_root().unwrap();
-    assert!(root.contains(&"ETCD".to_string()), "{root:?}");
+    assert!(root.contains(&"etcd".to_string()), "{root:?}");
 }
 
 #[test]
@@ -248,7 +259,7 @@ fn file_reads_the_same_in_odd_sized_chunks() {
 }
 
 #[test]
-fn long_and_mixed_case_rock_ridge_names_match_exactly_then_ignoring_case() {
+fn long_and_mixed_case_rock_ridge_names_match_exactly_and_only_exactly() {
     let mut iso = open(standard()).unwrap();
     let long = iso.find(LONG_NAME).unwrap().unwrap();
     assert_eq!(
@@ -258,9 +269,9 @@ fn long_and_mixed_case_rock_ridge_names_match_exactly_then_ignoring_case() {
     assert_eq!(read_all(&mut iso, &long), b"long\n");
     let readme = iso.find("MixedCase/ReadMe.TXT").unwrap().unwrap();
     assert_eq!(readme.path, "MixedCase/ReadMe.TXT");
-    // The fallback ignores ASCII case and reports the name as recorded.
-    let other_case = iso.find("mixedcase/README.txt").unwrap().unwrap();
-    assert_eq!(other_case.path, "MixedCase/ReadMe.TXT");
+    // A mount of a Rock Ridge disc is case-sensitive, and so is the lookup; nor does it
+    // fall back to the Joliet tree (which would match ignoring case).
+    assert_eq!(iso.find("mixedcase/README.txt").unwrap(), None);
 }
 
 #[test]
@@ -333,24 +344,97 @@ fn image_file_on_disk_is_read_through_a_file_handle() {
 
 // ---- damaged discs ----
 
-#[test]
-fn disc_truncated_inside_the_tarball_is_corrupt_and_says_truncated() {
-    let img = standard();
-    let file = assert_tarball_intact(img);
-    let cut = file.first_sector().unwrap() as usize * iso::SECTOR + tarball().len() / 2;
-    let mut iso = open(&img[..cut]).unwrap();
-    let msg = corrupt_message(iso.find(TARBALL));
-    assert!(msg.contains("etcd/etcd-linux-amd64.tar.gz"), "{msg}");
-    assert!(msg.contains("truncated"), "{msg}");
+fn truncated_message(result: Result<impl std::fmt::Debug, IsoError>, cut: usize) -> String {
+    let declared = standard().len() as u64;
+    match result {
+        Err(
+            e @ IsoError::Truncated {
+                expected,
+                actual,
+                declared: true,
+            },
+        ) => {
+            assert_eq!((expected, actual), (declared, cut as u64));
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("declares {declared} bytes")), "{msg}");
+            assert!(msg.contains(&format!("only {cut} bytes")), "{msg}");
+            msg
+        }
+        other => panic!("expected Truncated, got {other:?}"),
+    }
 }
 
 #[test]
-fn disc_truncated_before_the_root_directory_is_corrupt() {
+fn disc_truncated_inside_the_tarball_is_refused_as_truncated_naming_both_sizes() {
     let img = standard();
-    let root = iso::pvd_root(img);
-    let msg = corrupt_message(open(&img[..root.lba as usize * iso::SECTOR]).map(|_| ()));
-    assert!(msg.contains("root directory"), "{msg}");
-    assert!(msg.contains("past the end of the image"), "{msg}");
+    let file = assert_tarball_intact(img);
+    let cut = file.first_sector().unwrap() as usize * iso::SECTOR + tarball().len() / 2;
+    truncated_message(open(&img[..cut]).map(|_| ()), cut);
+}
+
+#[test]
+fn disc_truncated_after_the_tarball_is_refused_although_the_tarball_survived() {
+    let img = standard();
+    let file = assert_tarball_intact(img);
+    let end = file.first_sector().unwrap() as usize * iso::SECTOR + tarball().len();
+    assert!(
+        end < img.len() - iso::SECTOR,
+        "the tarball is not the last file"
+    );
+    for cut in [end, img.len() - iso::SECTOR, img.len() - 1] {
+        truncated_message(open(&img[..cut]).map(|_| ()), cut);
+    }
+    // The whole image, and one with bytes appended (a hybrid image's partitions), pass.
+    assert_tarball_intact(img);
+    let mut longer = img.to_vec();
+    longer.extend_from_slice(&[0; 4096]);
+    assert_tarball_intact(&longer);
+}
+
+#[test]
+fn disc_truncated_before_the_root_directory_is_refused_as_truncated() {
+    let img = standard();
+    let cut = iso::pvd_root(img).lba as usize * iso::SECTOR;
+    truncated_message(open(&img[..cut]).map(|_| ()), cut);
+}
+
+#[test]
+fn image_shorter_than_17_sectors_with_a_cd001_is_cut_short_not_foreign() {
+    let img = standard();
+    for cut in [
+        16 * iso::SECTOR + 6,
+        16 * iso::SECTOR + 84,
+        17 * iso::SECTOR - 1,
+    ] {
+        let err = open(&img[..cut]).map(|_| ()).unwrap_err();
+        assert!(
+            matches!(err, IsoError::Truncated { actual, .. } if actual == cut as u64),
+            "{cut}: {err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("truncated") && msg.contains(&cut.to_string()),
+            "{msg}"
+        );
+    }
+    // With the volume size readable, the message names it.
+    let msg = open(&img[..16 * iso::SECTOR + 84])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains(&format!("declares {} bytes", img.len())),
+        "{msg}"
+    );
+    // Without a CD001 it is still not an ISO 9660 image.
+    assert!(matches!(
+        open(&img[..16 * iso::SECTOR + 5]),
+        Err(IsoError::NotIso9660)
+    ));
+    assert!(matches!(
+        open(&[0u8; 17 * 2048 - 1]),
+        Err(IsoError::NotIso9660)
+    ));
 }
 
 #[test]
@@ -410,19 +494,27 @@ fn logical_block_size_other_than_2048_is_unsupported() {
     }
 }
 
-#[test]
-fn root_directory_at_a_huge_sector_is_corrupt() {
-    let mut img = standard().to_vec();
-    iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, 0xFFFF_FFF0);
-    let msg = corrupt_message(open(&img).map(|_| ()));
-    assert!(msg.contains("sector 4294967280"), "{msg}");
+/// The Rock Ridge-only disc of the Kubernetes-like tree (no Joliet to turn to).
+fn rock_ridge_only() -> &'static [u8] {
+    static IMG: OnceLock<Vec<u8>> = OnceLock::new();
+    IMG.get_or_init(|| image(Tool::Xorriso, &["-R", "-V", "RR_ONLY"], &k8s_tree()))
 }
 
 #[test]
-fn root_directory_pointing_at_the_volume_descriptors_is_corrupt() {
-    let mut img = standard().to_vec();
-    iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, 16);
-    assert!(matches!(open(&img), Err(IsoError::Corrupt(_))));
+fn unreadable_primary_root_is_corrupt_without_joliet_and_read_through_joliet_with_it() {
+    // Linux: "root inode is unusable. Disabling Rock Ridge and switching to Joliet."
+    for (lba, sector) in [(0xFFFF_FFF0u32, "sector 4294967280"), (16, "sector 16")] {
+        let mut img = rock_ridge_only().to_vec();
+        iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, lba);
+        let msg = corrupt_message(open(&img).map(|_| ()));
+        assert!(msg.contains(sector), "{msg}");
+
+        let mut img = standard().to_vec();
+        iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, lba);
+        let mut iso = open(&img).unwrap();
+        assert_eq!(iso.naming(), Naming::Joliet);
+        assert_eq!(iso.find(TARBALL).unwrap().unwrap().naming, Naming::Joliet);
+    }
 }
 
 #[test]
@@ -431,7 +523,7 @@ fn root_directory_of_four_gib_is_refused_without_reading_it() {
     iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 10, u32::MAX);
     let mut iso = open(&img).unwrap();
     let msg = corrupt_message(iso.find(TARBALL));
-    assert!(msg.contains("MiB of directory data"), "{msg}");
+    assert!(msg.contains("extends past the end of the image"), "{msg}");
     assert!(matches!(iso.list_root(), Err(IsoError::Corrupt(_))));
 }
 
@@ -565,4 +657,396 @@ fn susp_entry_overrunning_its_area_is_corrupt() {
     img[nm + 2] = 255;
     let msg = corrupt_message(open(&img).unwrap().find(TARBALL));
     assert!(msg.contains("SUSP entry NM"), "{msg}");
+}
+
+// ---- one tree per disc, chosen as Linux does ----
+
+#[test]
+fn each_disc_reports_the_tree_linux_would_read() {
+    assert_eq!(open(standard()).unwrap().naming(), Naming::RockRidge);
+    assert_eq!(open(standard()).unwrap().naming().as_str(), "rock-ridge");
+    assert_eq!(open(rock_ridge_only()).unwrap().naming(), Naming::RockRidge);
+    let joliet = image(Tool::Genisoimage, &["-J"], &k8s_tree());
+    assert_eq!(open(&joliet).unwrap().naming().as_str(), "joliet");
+    let plain = image(Tool::Genisoimage, &[], &k8s_tree());
+    assert_eq!(open(&plain).unwrap().naming().as_str(), "iso9660");
+}
+
+/// Rewrites the Rock Ridge name of the tarball's record in `img` with `name` (same length).
+fn rename_rock_ridge_tarball(img: &mut [u8], name: &str) {
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    let tar = iso::child(img, &etcd, "ETCD_LIN");
+    let (nm, len) = iso::susp_entry(img, &tar, b"NM").expect("xorriso writes NM");
+    assert_eq!(
+        len - 5,
+        name.len(),
+        "the new name must be as long as the old one"
+    );
+    img[nm + 5..nm + len].copy_from_slice(name.as_bytes());
+}
+
+#[test]
+fn path_missing_from_the_rock_ridge_tree_is_missing_although_joliet_has_it() {
+    // A mount of this disc shows the Rock Ridge names only: the tarball is not there.
+    for other in ["etcd-linux-amd64.tar.gX", "ETCD-LINUX-AMD64.TAR.GZ"] {
+        let mut img = standard().to_vec();
+        rename_rock_ridge_tarball(&mut img, other);
+        let mut iso = open(&img).unwrap();
+        assert_eq!(iso.find(TARBALL).unwrap(), None, "{other}");
+        let found = iso.find(&format!("etcd/{other}")).unwrap().unwrap();
+        assert_eq!(found.naming, Naming::RockRidge);
+    }
+}
+
+#[test]
+fn directory_in_another_case_is_missing_on_a_rock_ridge_disc() {
+    let files = vec![("ETCD/etcd-linux-amd64.tar.gz", tarball().to_vec())];
+    for tool in [Tool::Xorriso, Tool::Genisoimage] {
+        let img = image(tool, &["-R", "-J"], &files);
+        let mut iso = open(&img).unwrap();
+        assert_eq!(iso.find(TARBALL).unwrap(), None, "{tool:?}");
+        assert!(iso.find("ETCD/etcd-linux-amd64.tar.gz").unwrap().is_some());
+        assert_eq!(iso.list_root().unwrap(), ["ETCD"], "{tool:?}");
+    }
+}
+
+#[test]
+fn relocated_directory_is_reached_through_its_link_only() {
+    const DEEP: &str = "k8s/a/b/c/d/e/f/g/h/i/deep-file.txt";
+    let files = vec![(DEEP, b"deep\n".to_vec())];
+    let img = image(Tool::Genisoimage, &["-R", "-J"], &files);
+    let mut iso = open(&img).unwrap();
+    assert_eq!(iso.naming(), Naming::RockRidge);
+    assert!(iso.find(DEEP).unwrap().is_some());
+    assert_eq!(iso.find("rr_moved/i/deep-file.txt").unwrap(), None);
+}
+
+#[test]
+fn joliet_tree_is_preferred_over_plain_names_without_rock_ridge() {
+    // Plain names that match the path (relaxed, lower-cased by the kernel) and a Joliet
+    // tree whose name for the tarball differs: Linux reads the Joliet tree only.
+    let args = ["-J", "-l", "-allow-multidot", "-relaxed-filenames"];
+    let mut img = image(Tool::Genisoimage, &args, &k8s_tree());
+    let root = iso::joliet_root(&img);
+    let etcd = iso::child_raw(&img, &root, &iso::ucs2("etcd"));
+    let tar = iso::child_raw(&img, &etcd, &iso::ucs2("etcd-linux-amd64.tar.gz"));
+    let last = tar.off + 33 + iso::ucs2("etcd-linux-amd64.tar.g").len() + 1;
+    img[last] = b'X';
+    let mut iso = open(&img).unwrap();
+    assert_eq!(iso.naming(), Naming::Joliet);
+    assert_eq!(iso.find(TARBALL).unwrap(), None);
+    let found = iso.find("etcd/etcd-linux-amd64.tar.gX").unwrap().unwrap();
+    assert_eq!(found.naming, Naming::Joliet);
+}
+
+#[test]
+fn joliet_names_match_ignoring_case_and_trailing_dots_as_linux_does() {
+    let img = image(Tool::Genisoimage, &["-J"], &k8s_tree());
+    let mut iso = open(&img).unwrap();
+    let file = iso.find("ETCD/ETCD-LINUX-AMD64.TAR.GZ.").unwrap().unwrap();
+    assert_eq!(file.path, TARBALL);
+    assert!(read_all(&mut iso, &file) == tarball());
+}
+
+// ---- links on the disc ----
+
+/// Builds an image from a tree holding `files` and the `links` (path, target).
+fn image_with_links(tool: Tool, files: &[(&str, &[u8])], links: &[(&str, &str)]) -> Vec<u8> {
+    let work = TempDir::new().unwrap();
+    let tree = work.path().join("tree");
+    iso::write_tree(&tree, files);
+    for (path, target) in links {
+        let path = tree.join(path);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        symlink(target, path).unwrap();
+    }
+    let out = iso::build_iso_from(tool, &["-R", "-J"], &tree, work.path(), "links");
+    fs::read(out).unwrap()
+}
+
+fn link_error(result: Result<Option<IsoFile>, IsoError>) -> (String, String, String) {
+    match result {
+        Err(e @ IsoError::Link { .. }) => {
+            let msg = e.to_string();
+            let IsoError::Link { path, target } = e else {
+                unreachable!()
+            };
+            (path, target, msg)
+        }
+        other => panic!("expected a Link error, got {other:?}"),
+    }
+}
+
+#[test]
+fn rock_ridge_symlink_at_the_archive_path_is_refused_naming_link_and_target() {
+    let files = [("etcd/real.tar.gz", tarball())];
+    let cases = [
+        ("real.tar.gz", "real.tar.gz"),
+        ("../etcd/./real.tar.gz", "../etcd/./real.tar.gz"),
+        ("/mnt/cdrom/etcd/real.tar.gz", "/mnt/cdrom/etcd/real.tar.gz"),
+    ];
+    for tool in [Tool::Xorriso, Tool::Genisoimage] {
+        for (target, shown) in cases {
+            let img = image_with_links(tool, &files, &[(TARBALL, target)]);
+            let mut iso = open(&img).unwrap();
+            let (path, got, msg) = link_error(iso.find(TARBALL));
+            assert_eq!((path.as_str(), got.as_str()), (TARBALL, shown), "{tool:?}");
+            assert!(
+                msg.contains(&format!(
+                    "{TARBALL} is a Rock Ridge symbolic link to {shown}"
+                )),
+                "{msg}"
+            );
+            assert!(iso.find("etcd/real.tar.gz").unwrap().is_some());
+        }
+    }
+}
+
+#[test]
+fn rock_ridge_symlink_on_a_directory_along_the_path_is_refused() {
+    let files = [("store/etcd-linux-amd64.tar.gz", tarball())];
+    for tool in [Tool::Xorriso, Tool::Genisoimage] {
+        let img = image_with_links(tool, &files, &[("etcd", "store")]);
+        let (path, target, _) = link_error(open(&img).unwrap().find(TARBALL));
+        assert_eq!(
+            (path.as_str(), target.as_str()),
+            ("etcd", "store"),
+            "{tool:?}"
+        );
+    }
+}
+
+#[test]
+fn symlink_record_whose_extent_holds_a_real_tarball_is_still_a_link() {
+    let files = [("etcd/real.tar.gz", tarball())];
+    let mut img = image_with_links(Tool::Xorriso, &files, &[(TARBALL, "real.tar.gz")]);
+    let root = iso::pvd_root(&img);
+    let etcd = iso::child(&img, &root, "ETCD");
+    let real = iso::child(&img, &etcd, "REAL_TAR");
+    let link = iso::child(&img, &etcd, "ETCD_LIN");
+    iso::put_both32(&mut img, link.off + 2, real.lba);
+    iso::put_both32(&mut img, link.off + 10, real.size);
+    let (path, target, _) = link_error(open(&img).unwrap().find(TARBALL));
+    assert_eq!((path.as_str(), target.as_str()), (TARBALL, "real.tar.gz"));
+    // Without its SL entry (its PX mode still says link) it is refused too.
+    let (sl, len) = iso::susp_entry(&img, &link, b"SL").expect("xorriso writes SL");
+    img[sl..sl + 2].copy_from_slice(b"ZZ");
+    let _ = len;
+    let (_, target, msg) = link_error(open(&img).unwrap().find(TARBALL));
+    assert_eq!(target, "");
+    assert!(msg.contains("no target recorded"), "{msg}");
+}
+
+/// Writes `img` to a file and validates it as `etcd-setup check` does.
+fn validate(img: &[u8]) -> Result<source::Validated, etcd_setup::reason::Failure> {
+    let work = TempDir::new().unwrap();
+    let path = work.path().join("disc.iso");
+    fs::write(&path, img).unwrap();
+    source::validate_path(&path, TARBALL, work.path(), &Policy::default())
+}
+
+#[test]
+fn check_refuses_a_link_on_the_disc_as_archive_unsafe() {
+    let files = [("etcd/real.tar.gz", tarball())];
+    let img = image_with_links(Tool::Xorriso, &files, &[(TARBALL, "real.tar.gz")]);
+    let failure = validate(&img).unwrap_err();
+    assert_eq!(
+        failure.code,
+        ReasonCode::ArchiveUnsafe,
+        "{}",
+        failure.message
+    );
+    assert!(
+        failure.message.contains("symbolic link to real.tar.gz"),
+        "{}",
+        failure.message
+    );
+}
+
+#[test]
+fn check_refuses_an_image_cut_short_naming_both_sizes() {
+    let img = standard();
+    let file = assert_tarball_intact(img);
+    let cut = file.first_sector().unwrap() as usize * iso::SECTOR + tarball().len() + 1;
+    let failure = validate(&img[..cut]).unwrap_err();
+    assert_eq!(
+        failure.code,
+        ReasonCode::IsoUnreadable,
+        "{}",
+        failure.message
+    );
+    let msg = &failure.message;
+    assert!(
+        msg.contains(&format!("declares {} bytes", img.len())),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("only {cut} bytes")), "{msg}");
+    assert!(msg.contains("truncated"), "{msg}");
+}
+
+// ---- zisofs ----
+
+/// A compressible stand-in for the tarball that spans several zisofs blocks, holds an
+/// all-zero block (stored as an empty block) and ends inside a block.
+fn compressible() -> &'static [u8] {
+    static DATA: OnceLock<Vec<u8>> = OnceLock::new();
+    DATA.get_or_init(|| {
+        let mut data = Vec::new();
+        for i in 0..40_000u32 {
+            data.extend_from_slice(format!("etcd member {i} ready\n").as_bytes());
+        }
+        data.extend_from_slice(&[0; 200_000]);
+        data.extend_from_slice(&patterned(50_000, 11));
+        data.extend_from_slice(&[b'e'; 1234]);
+        data
+    })
+}
+
+/// zisofs images of `compressible()` at the tarball path: mkzftree + xorriso -as mkisofs
+/// -z, mkzftree + genisoimage -z, and xorriso's own --zisofs filter.
+fn zisofs_images() -> Vec<(&'static str, Vec<u8>)> {
+    let work = TempDir::new().unwrap();
+    let tree = work.path().join("tree");
+    iso::write_tree(&tree, &[(TARBALL, compressible()), ("small", b"tiny\n")]);
+    let zipped = work.path().join("zipped");
+    iso::mkzftree(&tree, &zipped);
+    let mut out = Vec::new();
+    for (name, tool) in [
+        ("xorriso -z", Tool::Xorriso),
+        ("genisoimage -z", Tool::Genisoimage),
+    ] {
+        let path = iso::build_iso_from(tool, &["-R", "-J", "-z"], &zipped, work.path(), "z");
+        out.push((name, fs::read(&path).unwrap()));
+        fs::remove_file(path).unwrap();
+    }
+    let native = work.path().join("native.iso");
+    let mut cmd = Command::new("xorriso");
+    cmd.arg("-outdev")
+        .arg(&native)
+        .args(["-joliet", "on", "-map"])
+        .arg(&tree)
+        .args(["/", "-set_filter_r", "--zisofs", "/", "--", "-commit"]);
+    iso::run(cmd, "xorriso");
+    out.push(("xorriso --zisofs", fs::read(native).unwrap()));
+    out
+}
+
+#[test]
+fn zisofs_file_reads_back_as_its_uncompressed_bytes() {
+    for (how, img) in zisofs_images() {
+        assert!(
+            img.len() < compressible().len(),
+            "{how}: nothing was compressed"
+        );
+        let mut iso = open(&img).unwrap();
+        let file = iso.find(TARBALL).unwrap().expect(how);
+        assert!(file.is_zisofs(), "{how}");
+        assert_eq!(file.size, compressible().len() as u64, "{how}");
+        assert!(
+            read_all(&mut iso, &file) == compressible(),
+            "{how}: content differs"
+        );
+        // Odd-sized reads give the same bytes.
+        let mut reader = iso.open_file(&file).unwrap();
+        let (mut out, mut buf) = (Vec::new(), vec![0u8; 70_001]);
+        for step in [1usize, 4095, 70_001, 32_768].iter().cycle() {
+            let n = reader.read(&mut buf[..*step]).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        assert!(out == compressible(), "{how}: chunked content differs");
+        let small = iso.find("small").unwrap().unwrap();
+        assert_eq!(read_all(&mut iso, &small), b"tiny\n", "{how}");
+    }
+}
+
+/// The stored (compressed) data of the tarball in a zisofs image: its first byte.
+fn zisofs_data(img: &[u8]) -> usize {
+    let root = iso::pvd_root(img);
+    let etcd = iso::child(img, &root, "ETCD");
+    let tar = iso::child(img, &etcd, "ETCD_LIN");
+    tar.lba as usize * iso::SECTOR
+}
+
+fn read_error(img: &[u8]) -> String {
+    let mut iso = open(img).unwrap();
+    let file = iso.find(TARBALL).unwrap().unwrap();
+    let mut out = Vec::new();
+    let err = iso
+        .open_file(&file)
+        .unwrap()
+        .read_to_end(&mut out)
+        .unwrap_err();
+    assert!(out.len() < compressible().len());
+    err.to_string()
+}
+
+#[test]
+fn damaged_zisofs_data_is_a_read_error_naming_the_block() {
+    let (_, img) = zisofs_images().remove(0);
+    let data = zisofs_data(&img);
+    // Block pointer table at byte 16: block 1 ends before it starts.
+    let mut bad = img.clone();
+    let start1 = iso::le32(&bad, data + 20);
+    bad[data + 24..data + 28].copy_from_slice(&(start1 - 1).to_le_bytes());
+    let msg = read_error(&bad);
+    assert!(
+        msg.contains("zisofs file etcd/etcd-linux-amd64.tar.gz: block 1 ends"),
+        "{msg}"
+    );
+    // Garbage inside block 0's zlib stream.
+    let mut bad = img.clone();
+    let start0 = iso::le32(&bad, data + 16) as usize;
+    bad[data + start0 + 2..data + start0 + 40].fill(0xFF);
+    let msg = read_error(&bad);
+    assert!(msg.contains("block 0"), "{msg}");
+    // A block claiming far more compressed bytes than zlib makes of 32 KiB.
+    let mut bad = img.clone();
+    bad[data + 20..data + 24].copy_from_slice(&(start0 as u32 + 1_000_000).to_le_bytes());
+    let msg = read_error(&bad);
+    assert!(msg.contains("more than zlib can make"), "{msg}");
+    // No zisofs magic.
+    let mut bad = img;
+    bad[data] ^= 0xFF;
+    let msg = read_error(&bad);
+    assert!(msg.contains("zisofs magic"), "{msg}");
+}
+
+#[test]
+fn zisofs_of_another_algorithm_or_block_size_is_unsupported_naming_zisofs() {
+    let (_, img) = zisofs_images().remove(0);
+    let root = iso::pvd_root(&img);
+    let etcd = iso::child(&img, &root, "ETCD");
+    let tar = iso::child(&img, &etcd, "ETCD_LIN");
+    let (zf, _) = iso::susp_entry(&img, &tar, b"ZF").expect("mkzftree files get ZF");
+    for (at, value, needle) in [(4, b'P', "algorithm \"Pz\""), (7, 20, "2^20")] {
+        let mut bad = img.clone();
+        bad[zf + at] = value;
+        match open(&bad).unwrap().find(TARBALL) {
+            Err(e @ IsoError::Unsupported(_)) => {
+                let msg = e.to_string();
+                assert!(msg.contains("zisofs") && msg.contains(needle), "{msg}");
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn check_passes_the_bytes_of_a_zisofs_tarball_to_the_archive_pass() {
+    // The stand-in is no gzip file: the archive pass must see its first real bytes (the
+    // text), not the zisofs magic, so it fails on the gzip header of the inflated data.
+    let (_, img) = zisofs_images().remove(0);
+    let failure = validate(&img).unwrap_err();
+    assert_eq!(
+        failure.code,
+        ReasonCode::ArchiveCorrupt,
+        "{}",
+        failure.message
+    );
+    let detail = format!("{} {:?}", failure.message, failure.source);
+    assert!(!detail.contains("zisofs"), "{detail}");
 }

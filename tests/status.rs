@@ -711,3 +711,277 @@ fn exit_1_when_etcd_restarted_since_the_run_confirmed_it_even_if_active_and_heal
         "running: etcd 3.5.16 active, healthy (4 restarts)\n"
     );
 }
+
+/// Starts the flood of `tests/support/status_flood.rs` as uid/gid 65534 against `server`; returns once it
+/// holds its connections, with the reader of its stdout (kept open until it ends).
+/// Dropping the child's stdin ends it.
+fn flood_as_nobody(server: &Server, conns: usize) -> (Child, impl Read) {
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_status-flood"))
+        .env("FLOOD_SOCKET", server.socket())
+        .env("FLOOD_CONNS", conns.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready") {
+        line.clear();
+        assert_ne!(
+            out.read_line(&mut line).unwrap(),
+            0,
+            "the flood did not start"
+        );
+    }
+    (child, out)
+}
+
+/// Issue 15 item 1: any local user could deny `status` to root with 300 silent
+/// connections, and so could the group's own clients. Root asks 10 times during each
+/// flood and must get 10 answers; the figures (answers, latency) are printed, not
+/// asserted on time.
+#[test]
+fn root_is_answered_while_an_outsider_or_a_group_member_floods_the_socket() {
+    let mut failures = Vec::new();
+    // No configuration: group `cloud`, which uid 65534 is not in. Then group nogroup,
+    // uid 65534's own.
+    for (who, config_text) in [
+        ("an outsider (uid 65534)", None),
+        (
+            "a group member (uid 65534, group nogroup)",
+            Some(config("nogroup")),
+        ),
+    ] {
+        let server = Server::start(config_text.as_deref());
+        let (mut flood, _its_stdout) = flood_as_nobody(&server, 300);
+        let mut answered = 0;
+        let mut took = Vec::new();
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            let t = Instant::now();
+            let out = server.status(&[]);
+            took.push(t.elapsed());
+            if out.status.code() == Some(4) {
+                answered += 1;
+            } else {
+                seen.push(format!(
+                    "exit {:?}: {}",
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        drop(flood.stdin.take());
+        flood.wait().unwrap();
+        took.sort();
+        eprintln!(
+            "flood by {who}, 300 silent connections reconnecting: root answered {answered}/10, \
+             median {:.1} ms, max {:.1} ms{}",
+            took[took.len() / 2].as_secs_f64() * 1e3,
+            took[took.len() - 1].as_secs_f64() * 1e3,
+            seen.first()
+                .map(|s| format!("; e.g. {s}"))
+                .unwrap_or_default()
+        );
+        if answered != 10 {
+            failures.push(format!("{who}: root answered {answered}/10: {seen:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Issue 10: a management server parsing `--format json` gets one JSON object of schema
+/// 1 for every outcome, also when there is no socket at all.
+#[test]
+fn json_without_a_socket_is_one_object_saying_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("none.sock");
+    let out = Command::new(BIN)
+        .args(["status", "--format", "json", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {:?}", text(&out)));
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["verdict"], "unreachable");
+    assert_eq!(doc["exit_code"], 5);
+    assert_eq!(doc["error"]["code"], "unreachable");
+    assert!(
+        doc["error"]["message"].as_str().unwrap().contains(&format!(
+            "cannot connect to the status socket {}",
+            socket.display()
+        )),
+        "{doc}"
+    );
+    assert_eq!(doc["socket"], socket.display().to_string());
+}
+
+/// The server's refusals, too, are that object, with the server's own code.
+#[test]
+fn json_of_a_refused_request_is_one_object_with_the_servers_code() {
+    let server = Server::start(None); // group cloud: uid 65534 is refused
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["status", "--format", "json", "--socket"])
+        .arg(server.socket())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&doc["verdict"], &doc["exit_code"], &doc["error"]["code"]),
+        (&"unreachable".into(), &5.into(), &"forbidden".into()),
+        "{doc}"
+    );
+}
+
+/// A server that accepts and never answers: the client says so in words, not with
+/// "Resource temporarily unavailable (os error 11)". Takes the client's 10 s.
+#[test]
+fn a_silent_server_is_reported_as_no_answer_within_10_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("mute.sock");
+    let _listener = UnixListener::bind(&socket).unwrap(); // never accepts: the backlog holds
+    for format in ["text", "json"] {
+        let out = Command::new(BIN)
+            .args(["status", "--format", format, "--socket"])
+            .arg(&socket)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(5));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let expected = format!("no answer within 10 s from {}", socket.display());
+        assert!(
+            err.contains(&expected) && !err.contains("os error"),
+            "{err}"
+        );
+        if format == "json" {
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(doc["error"]["code"], "timeout", "{doc}");
+            assert_eq!(doc["error"]["message"], expected.as_str(), "{doc}");
+        }
+    }
+}
+
+/// Issue 15 items 3 and 4: a state file that exists but cannot be read is said to be
+/// unreadable, naming the file, with its own verdict and exit code 6: never
+/// `not-started`, never a phase made up, never the older persistent copy. A FIFO there
+/// does not block the server: the next query is answered too.
+#[test]
+fn a_state_file_that_cannot_be_read_is_unreadable_naming_it_even_a_fifo() {
+    let server = Server::start(None);
+    let store = server.store();
+    // A good persistent copy that must not answer for the broken live one.
+    store.save(&state(Phase::Validating)).unwrap();
+    let live = store.run_path();
+    type Make = fn(&Path);
+    let cases: [(&str, Make, &str); 4] = [
+        (
+            "truncated",
+            |p| std::fs::write(p, b"{\"schema_version\":1,\"pha").unwrap(),
+            "is not a state file: corrupt JSON",
+        ),
+        (
+            "a symlink",
+            |p| std::os::unix::fs::symlink("/etc/passwd", p).unwrap(),
+            "is a symbolic link to /etc/passwd",
+        ),
+        (
+            "a directory",
+            |p| std::fs::create_dir(p).unwrap(),
+            "is a directory",
+        ),
+        (
+            "a FIFO",
+            |p| nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap(),
+            "is a FIFO",
+        ),
+    ];
+    for (what, make, says) in cases {
+        let _ = std::fs::remove_file(&live).or_else(|_| std::fs::remove_dir(&live));
+        make(&live);
+        for _ in 0..2 {
+            let out = server.status(&[]);
+            assert_eq!(out.status.code(), Some(6), "{what}: {out:?}");
+            let line = text(&out);
+            assert!(
+                line.starts_with(&format!(
+                    "unreadable: state-unreadable: the state file {} {says}",
+                    live.display()
+                )),
+                "{what}: {line}"
+            );
+            assert_eq!(line.lines().count(), 1, "{what}: {line}");
+        }
+        let doc = json(&server.status(&["--format", "json"]));
+        assert_eq!(doc["verdict"], "unreadable", "{what}: {doc}");
+        assert_eq!(doc["exit_code"], 6, "{what}");
+        assert_eq!(doc["phase"], serde_json::Value::Null, "{what}");
+        assert_eq!(doc["reason"]["code"], "state-unreadable", "{what}");
+        assert_eq!(doc["state_file"], live.display().to_string(), "{what}");
+        assert!(
+            doc["notes"][0].as_str().unwrap().contains(says),
+            "{what}: {doc}"
+        );
+        let long = text(&server.status(&["--long"]));
+        assert!(
+            long.contains("\nnote:     ") && long.contains(says),
+            "{what}: {long}"
+        );
+    }
+}
+
+/// Issue 15 item 2: a label or a reason holding a newline and an escape sequence stays
+/// on its line in `status`'s text, escaped; JSON keeps the exact value.
+#[test]
+fn text_from_the_state_cannot_forge_a_line_or_colour_the_terminal() {
+    let server = Server::start(None);
+    let evil = "no etcd\nrunning: member etcd-1, etcd 9.9.9 active, healthy\x1b[31m";
+    server
+        .store()
+        .save(&failed(ReasonCode::ArchiveMissing, evil))
+        .unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = text(&out);
+    assert_eq!(
+        line,
+        "failed: archive-missing: no etcd\\nrunning: member etcd-1, etcd 9.9.9 active, healthy\\x1b[31m\n"
+    );
+    let long = text(&server.status(&["--long"]));
+    assert!(
+        !long.contains('\x1b') && !long.contains("\nrunning:"),
+        "{long}"
+    );
+    assert_eq!(
+        json(&server.status(&["--format", "json"]))["reason"]["message"],
+        evil
+    );
+}
+
+/// A closed stdout (`etcd-setup status --long | head -0`) ends the client quietly with
+/// the verdict's exit code, in every format (issue 15 item 9).
+#[test]
+fn a_closed_stdout_ends_status_quietly_with_the_verdicts_exit_code() {
+    let server = Server::start(None);
+    for args in [&[][..], &["--long"], &["--format", "json"]] {
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        drop(read_end);
+        let out = Command::new(BIN)
+            .arg("status")
+            .args(args)
+            .arg("--socket")
+            .arg(server.socket())
+            .stdout(Stdio::from(write_end))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {err}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}

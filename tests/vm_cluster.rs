@@ -7,7 +7,10 @@
 //! SSH with `etcd-setup status --format json`, as the management server does, and prints
 //! each node's timeline. Then: etcdctl sees three started members and a healthy cluster;
 //! `status` against `systemctl is-active etcd` in the guest; etcd made to crash
-//! repeatedly on one node. A second cluster has one node whose ISO lacks etcd.
+//! repeatedly on one node. Then day 2 on the same cluster: that node's VM is destroyed and
+//! recreated from a fresh overlay with the same cloud-config and rejoins by itself, leaves
+//! again, a second leave is refused by the quorum guard, and a node configured with
+//! another cluster token is refused. A second cluster has one node whose ISO lacks etcd.
 
 mod support;
 
@@ -78,6 +81,16 @@ impl Sample {
         if self.waiting_for_quorum() {
             label.push_str(" (waiting for quorum)");
         }
+        for (says, shown) in [
+            ("asking the other members", " (asking the cluster)"),
+            ("stale member", " (stale member removed)"),
+            ("as a learner", " (joining as a learner)"),
+            ("promoted to voting member", " (promoted)"),
+        ] {
+            if self.phase == "starting" && self.progress.contains(says) {
+                label.push_str(shown);
+            }
+        }
         if !self.reason.is_empty() {
             label.push_str(&format!(" [{}]", self.reason));
         }
@@ -101,15 +114,38 @@ impl Samples {
 
 /// A node and what the driver saw of it.
 struct Node {
-    vm: Vm,
+    /// `None` only while the node's VM is being recreated.
+    vm: Option<Vm>,
     name: String,
     ip: String,
     samples: Arc<Samples>,
+    /// Ends this node's poller.
+    stop: Arc<AtomicBool>,
+    poller: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Node {
+    fn vm(&self) -> &Vm {
+        self.vm.as_ref().expect("the node has a VM")
+    }
+
     fn remote(&self) -> Remote {
-        self.vm.remote()
+        self.vm().remote()
+    }
+
+    /// Starts polling this node's status, as the management server does.
+    fn start_polling(&mut self) {
+        let (remote, samples, stop) = (self.remote(), self.samples.clone(), self.stop.clone());
+        self.poller = Some(std::thread::spawn(move || poll(remote, samples, stop)));
+    }
+
+    /// Stops the poller (before the VM goes away).
+    fn stop_polling(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(p) = self.poller.take() {
+            let _ = p.join();
+        }
+        self.stop = Arc::new(AtomicBool::new(false));
     }
 
     /// The first answer at or after host time `since` that satisfies `want`, waiting for
@@ -190,11 +226,13 @@ fn poll(remote: Remote, samples: Arc<Samples>, stop: Arc<AtomicBool>) {
 struct Cluster {
     tag: String,
     nodes: Vec<Node>,
-    stop: Arc<AtomicBool>,
-    pollers: Vec<std::thread::JoinHandle<()>>,
     /// Host time the timelines count from (after boot, before the first insert).
     zero: f64,
-    _hub: Hub,
+    hub: Hub,
+    /// `etcd.initial_cluster` of every node.
+    initial_cluster: String,
+    /// The cluster token every node is configured with.
+    token: String,
 }
 
 impl Cluster {
@@ -217,50 +255,28 @@ impl Cluster {
             .map(|(n, ip)| format!("{n}={}", peer_url(ip)))
             .collect::<Vec<_>>()
             .join(",");
+        // The token packaging/cloudstack/etcd-node.yml derives from the initial cluster.
+        let token = support::inputs::cloudstack_token(&initial_cluster);
         let started = Instant::now();
         let mut vms = Vec::new();
         for (i, (name, ip)) in members.iter().enumerate() {
-            let mac = format!("52:54:00:88:00:{:02x}", i + 1);
-            let mut spec = VmSpec::new(name);
-            // Three guests on two host cores: one vCPU each.
-            spec.cpus = 1;
-            spec.memory_mb = 1536;
-            spec.network_config = Some(format!(
-                "version: 2\n\
-                 ethernets:\n\
-                 \x20 nat:\n\
-                 \x20   match: {{macaddress: \"{NAT_MAC}\"}}\n\
-                 \x20   dhcp4: true\n\
-                 \x20 lan:\n\
-                 \x20   match: {{macaddress: \"{mac}\"}}\n\
-                 \x20   addresses: [\"{ip}/24\"]\n"
-            ));
-            spec.extra_args = hub.nic_args(i, &mac);
-            // The platform's template, rendered as the management server renders it:
-            // 15 s x 80 attempts = a 20 min ISO wait (and peer wait).
-            spec.user_data = support::inputs::cloudstack_config(&support::inputs::CloudStackNode {
-                name,
-                ip,
-                initial_cluster: &initial_cluster,
-                wait_time: 15,
-                attempts: 80,
-                eject: false,
-            });
-            spec.user_data_as_is = true;
+            let spec = node_spec(&hub, i, name, ip, &initial_cluster, &token);
             vms.push(Vm::boot(&image, spec));
         }
         let mut nodes = Vec::new();
-        for (mut vm, (name, ip)) in vms.into_iter().zip(members) {
+        for (mut vm, (name, ip)) in vms.into_iter().zip(members.clone()) {
             let to_ssh = vm.wait_ssh(Duration::from_secs(400));
             report(&format!(
                 "{name}: SSH after {:.1} s (three booting at once)",
                 to_ssh.as_secs_f64()
             ));
             nodes.push(Node {
-                vm,
+                vm: Some(vm),
                 name,
                 ip,
                 samples: Arc::new(Samples::default()),
+                stop: Arc::new(AtomicBool::new(false)),
+                poller: None,
             });
         }
         report(&format!(
@@ -269,9 +285,8 @@ impl Cluster {
         ));
         // What the template wrote: one token for the whole cluster, derived from its
         // initial cluster (so another cluster gets another one), and the ISO wait.
-        let token = support::inputs::cloudstack_token(&initial_cluster);
         for n in &nodes {
-            let config = n.vm.ssh_ok(
+            let config = n.vm.as_ref().expect("booted").ssh_ok(
                 "timeout 300 sh -c 'until [ -e /etc/etcd-setup/config.toml ]; do sleep 0.5; done'; \
                  cat /etc/etcd-setup/config.toml",
             );
@@ -291,22 +306,41 @@ impl Cluster {
         report(&format!(
             "cluster {tag}: every member's config.toml (from packaging/cloudstack/etcd-node.yml) has cluster_token {token}"
         ));
-        let stop = Arc::new(AtomicBool::new(false));
-        let pollers = nodes
-            .iter()
-            .map(|n| {
-                let (remote, samples, stop) = (n.remote(), n.samples.clone(), stop.clone());
-                std::thread::spawn(move || poll(remote, samples, stop))
-            })
-            .collect();
+        for n in &mut nodes {
+            n.start_polling();
+        }
         Cluster {
             tag: tag.to_string(),
             nodes,
-            stop,
-            pollers,
             zero: unix_now(),
-            _hub: hub,
+            hub,
+            initial_cluster,
+            token,
         }
+    }
+
+    /// Destroys node `i`'s VM and boots a new one from a fresh overlay, with the same
+    /// name, address and cloud-config (but `token`), as the platform recreates a node
+    /// whose host died. Its answers go on in the same timeline. Returns the host time the
+    /// old VM went away.
+    fn recreate(&mut self, i: usize, token: &str) -> f64 {
+        let began = unix_now();
+        let image = Image::from_env();
+        let (name, ip) = (self.nodes[i].name.clone(), self.nodes[i].ip.clone());
+        self.nodes[i].stop_polling();
+        let spec = node_spec(&self.hub, i, &name, &ip, &self.initial_cluster, token);
+        // The old qemu must be gone before the new one takes its hub port and folder.
+        drop(self.nodes[i].vm.take());
+        self.hub.free_port(i);
+        let mut vm = Vm::boot(&image, spec);
+        let to_ssh = vm.wait_ssh(Duration::from_secs(400)).as_secs_f64();
+        self.nodes[i].vm = Some(vm);
+        self.nodes[i].start_polling();
+        report(&format!(
+            "cluster {}: {name} recreated from a fresh overlay (token {token}), SSH after {to_ssh:.1} s",
+            self.tag
+        ));
+        began
     }
 
     /// Inserts `iso` into node `i`'s Kubernetes CD-ROM drive; returns the host time.
@@ -314,6 +348,8 @@ impl Cluster {
         let at = unix_now();
         self.nodes[i]
             .vm
+            .as_mut()
+            .expect("the node has a VM")
             .insert_cdrom(&support::inputs::isos().join(iso));
         report(&format!(
             "cluster {}: {iso} inserted into {}",
@@ -329,7 +365,7 @@ impl Cluster {
             .iter()
             .map(|n| format!("http://{}:2379", n.ip))
             .collect();
-        let out = self.nodes[i].vm.ssh(&format!(
+        let out = self.nodes[i].vm().ssh(&format!(
             "ETCDCTL_API=3 /opt/bin/etcdctl --dial-timeout=3s --command-timeout=10s --endpoints={} {args} 2>&1",
             endpoints.join(",")
         ));
@@ -340,14 +376,68 @@ impl Cluster {
 impl Drop for Cluster {
     /// Stops the pollers and prints every node's timeline, also when the test failed.
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for p in self.pollers.drain(..) {
-            let _ = p.join();
+        for n in &mut self.nodes {
+            n.stop_polling();
         }
         for n in &self.nodes {
             report(&format!("timeline {}", n.timeline(self.zero)));
         }
     }
+}
+
+/// The VM of member `i` of a cluster on `hub`: one vCPU (three guests on two host cores),
+/// the packaged cloud-config, a static address on the cluster's own network.
+fn node_spec(
+    hub: &Hub,
+    i: usize,
+    name: &str,
+    ip: &str,
+    initial_cluster: &str,
+    token: &str,
+) -> VmSpec {
+    let mac = format!("52:54:00:88:00:{:02x}", i + 1);
+    let mut spec = VmSpec::new(name);
+    spec.cpus = 1;
+    spec.memory_mb = 1536;
+    spec.network_config = Some(format!(
+        "version: 2\n\
+         ethernets:\n\
+         \x20 nat:\n\
+         \x20   match: {{macaddress: \"{NAT_MAC}\"}}\n\
+         \x20   dhcp4: true\n\
+         \x20 lan:\n\
+         \x20   match: {{macaddress: \"{mac}\"}}\n\
+         \x20   addresses: [\"{ip}/24\"]\n"
+    ));
+    spec.extra_args = hub.nic_args(i, &mac);
+    if token == support::inputs::cloudstack_token(initial_cluster) {
+        // The platform's template, rendered as the management server renders it:
+        // 15 s x 80 attempts = a 20 min ISO wait (and peer wait).
+        spec.user_data = support::inputs::cloudstack_config(&support::inputs::CloudStackNode {
+            name,
+            ip,
+            initial_cluster,
+            wait_time: 15,
+            attempts: 80,
+            eject: false,
+        });
+        spec.user_data_as_is = true;
+    } else {
+        // A node deliberately configured with another cluster's token, which the
+        // platform's template cannot produce for this initial cluster.
+        spec.user_data = support::inputs::cloud_config(
+            name,
+            &[
+                ("NODE_IP", ip),
+                ("INITIAL_CLUSTER", initial_cluster),
+                ("CLUSTER_TOKEN", token),
+                ("START_TIMEOUT", "15min"),
+                ("SETTLE", "5s"),
+                ("ISO_WAIT", "20min"),
+            ],
+        );
+    }
+    spec
 }
 
 fn peer_url(ip: &str) -> String {
@@ -378,7 +468,7 @@ fn median(xs: &mut [f64]) -> f64 {
 /// `etcd-setup status` against `systemctl is-active etcd`, alternating, timed in the
 /// guest; returns the medians in ms.
 fn status_against_is_active(node: &Node) -> (f64, f64) {
-    let out = node.vm.ssh_ok(
+    let out = node.vm().ssh_ok(
         "for i in $(seq 40); do \
            a=$(date +%s%N); etcd-setup status >/dev/null; b=$(date +%s%N); \
            systemctl is-active etcd >/dev/null; c=$(date +%s%N); \
@@ -474,15 +564,15 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     // own schema check accepts it; runcmd (which ran etcd-setup) finished without error.
     let node = &c.nodes[0];
     let got = node
-        .vm
+        .vm()
         .ssh_ok("sudo cat /var/lib/cloud/instance/user-data.txt");
     assert!(got.contains(&format!("name = \"{}\"", node.name)), "{got}");
     let schema = node
-        .vm
+        .vm()
         .ssh_ok("sudo cloud-init schema --config-file /var/lib/cloud/instance/user-data.txt 2>&1");
     assert!(schema.contains("Valid cloud-config"), "{schema}");
     let ci = node
-        .vm
+        .vm()
         .ssh_timeout(Duration::from_secs(120), "cloud-init status --wait --long");
     assert!(
         ci.status.success(),
@@ -502,13 +592,13 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     let node = &c.nodes[2];
     for k in 1..=3 {
         let pid = node
-            .vm
+            .vm()
             .ssh_ok("systemctl show -p MainPID --value etcd")
             .trim()
             .to_string();
         assert_ne!(pid, "0", "etcd has no main process");
         let killed = unix_now();
-        node.vm.ssh_ok(&format!("sudo kill -SEGV {pid}"));
+        node.vm().ssh_ok(&format!("sudo kill -SEGV {pid}"));
         let s = node.await_sample(killed, Duration::from_secs(60), |s| s.verdict == "failed");
         assert_eq!((s.reason.as_str(), s.exit), ("etcd-unhealthy", 1), "{s:?}");
         report(&format!(
@@ -518,7 +608,7 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
             s.message
         ));
         // systemd brings it back (RestartSec=5s) before the next crash.
-        node.vm.ssh_ok(
+        node.vm().ssh_ok(
             "timeout 120 sh -c 'until [ \"$(systemctl is-active etcd)\" = active ]; do sleep 0.5; done'",
         );
     }
@@ -541,6 +631,195 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
         "cluster c1: after 3 crashes {} is reported failed/etcd-unhealthy with {} restarts while active; the other two running",
         node.name, s.restarts
     ));
+
+    rejoin_leave_and_a_foreign_token(&mut c);
+}
+
+/// The member IDs etcd lists, by name, and whether each is a started voter.
+fn members(c: &Cluster, via: usize) -> Vec<(String, String, bool)> {
+    let list: Value =
+        serde_json::from_str(&c.etcdctl(via, "member list -w json")).expect("member list JSON");
+    let mut out: Vec<(String, String, bool)> = list["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| {
+            let started = m["clientURLs"].as_array().is_some_and(|u| !u.is_empty());
+            let learner = m["isLearner"].as_bool().unwrap_or(false);
+            (
+                m["name"].as_str().unwrap_or("").to_string(),
+                format!("{:x}", m["ID"].as_u64().unwrap_or(0)),
+                started && !learner,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Day 2 on cluster c1 (issue 11): node 3's VM is recreated with the same cloud-config
+/// (state `new`, as the platform renders it) and rejoins on its own; it leaves; a leave of
+/// one of the two left is refused; a node configured with another token is refused.
+fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
+    let zero = c.zero;
+    for k in 1..=3 {
+        c.etcdctl(0, &format!("put day2/key{k} value{k}"));
+    }
+    let before = members(c, 0);
+    let third = c.nodes[2].name.clone();
+    let old_id = before
+        .iter()
+        .find(|(n, _, _)| *n == third)
+        .map(|(_, id, _)| id.clone())
+        .expect("node 3 is a member");
+
+    // The host died: a new VM, a fresh disk, the same cloud-config.
+    let token = c.token.clone();
+    let gone = c.recreate(2, &token);
+    await_node_waiting_for_iso(c, 2, gone);
+    let inserted = c.insert(2, "k8s-etcd-3.5.1.iso");
+    let node = &c.nodes[2];
+    let s = node.await_sample(inserted, Duration::from_secs(600), |s| {
+        s.answered() && s.verdict != "in-progress"
+    });
+    assert_eq!(
+        (s.verdict.as_str(), s.exit),
+        ("running", 0),
+        "{s:?}\n{}",
+        node.timeline(zero)
+    );
+    report(&format!(
+        "cluster c1: recreated {} rejoined and runs {:.1} s after its ISO was inserted",
+        node.name,
+        s.at - inserted
+    ));
+    let seen: Vec<String> = node
+        .samples
+        .list
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.at >= inserted)
+        .map(|s| s.progress.clone())
+        .collect();
+    for step in ["as a learner", "promoted to voting member"] {
+        assert!(
+            seen.iter().any(|p| p.contains(step)),
+            "{} never said {step:?}:\n{}",
+            node.name,
+            node.timeline(zero)
+        );
+    }
+    let after = members(c, 0);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(after.iter().all(|(_, _, voter)| *voter), "{after:?}");
+    let new_id = after
+        .iter()
+        .find(|(n, _, _)| *n == third)
+        .map(|(_, id, _)| id.clone())
+        .expect("node 3 is a member again");
+    assert_ne!(new_id, old_id, "the rejoined member has a new ID");
+    // The keys, read through the rejoined member alone.
+    let ip = c.nodes[2].ip.clone();
+    let got = c.nodes[2].vm().ssh_ok(&format!(
+        "ETCDCTL_API=3 /opt/bin/etcdctl --endpoints=http://{ip}:2379 get day2/ --prefix --print-value-only"
+    ));
+    assert_eq!(
+        got.split_whitespace().collect::<Vec<_>>(),
+        ["value1", "value2", "value3"]
+    );
+    report(&format!(
+        "cluster c1: member list after the rejoin: {after:?} ({third} was {old_id}, is {new_id}); keys read through it"
+    ));
+
+    // Node 3 leaves: two healthy members remain; its status says left.
+    let out = c.nodes[2].vm().ssh("sudo etcd-setup leave");
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let left = members(c, 0);
+    assert_eq!(
+        left.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>(),
+        [c.nodes[0].name.as_str(), c.nodes[1].name.as_str()],
+        "{left:?}"
+    );
+    let health = c.etcdctl(0, "endpoint health --cluster");
+    assert_eq!(health.matches("is healthy").count(), 2, "{health}");
+    let left_at = unix_now();
+    let s = c.nodes[2].await_sample(left_at, Duration::from_secs(30), Sample::answered);
+    assert_eq!((s.verdict.as_str(), s.exit), ("left", 7), "{s:?}");
+    let state = lines_of(
+        c,
+        2,
+        "systemctl is-enabled etcd; systemctl is-active etcd; ls -d /var/lib/etcd.left-*; \
+         test -e /var/lib/etcd && echo data-dir-still-there",
+    );
+    assert_eq!(state[..2], ["disabled", "inactive"], "{state:?}");
+    assert!(state[2].starts_with("/var/lib/etcd.left-"), "{state:?}");
+    assert_eq!(state.len(), 3, "{state:?}");
+    report(&format!(
+        "cluster c1: leave on {third}: {said}; status says left (exit 7); two healthy members"
+    ));
+
+    // One of the two left may not leave without --force: etcd calls 2 → 1 unsafe.
+    let out = c.nodes[1].vm().ssh("sudo etcd-setup leave");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(err.contains("leave-refused"), "{err}");
+    assert_eq!(members(c, 0).len(), 2);
+    assert_eq!(
+        c.nodes[1].vm().ssh_ok("systemctl is-active etcd").trim(),
+        "active"
+    );
+    report(&format!(
+        "cluster c1: leave on {} refused without --force: {}",
+        c.nodes[1].name,
+        err.lines().next().unwrap_or_default()
+    ));
+
+    // A node configured with another cluster's token: refused, etcd off, cluster as it was.
+    let gone = c.recreate(2, "another-cluster");
+    await_node_waiting_for_iso(c, 2, gone);
+    let inserted = c.insert(2, "k8s-etcd-3.5.1.iso");
+    let node = &c.nodes[2];
+    let s = node.await_sample(inserted, Duration::from_secs(300), |s| {
+        s.answered() && s.verdict != "in-progress"
+    });
+    assert_eq!(
+        (s.verdict.as_str(), s.reason.as_str(), s.exit),
+        ("failed", "cluster-mismatch", 1),
+        "{s:?}"
+    );
+    // etcd never started here: not enabled, not active (its unit may not even exist).
+    let off = lines_of(
+        c,
+        2,
+        "test -e /etc/systemd/system/multi-user.target.wants/etcd.service && echo enabled || echo not-enabled; \
+         systemctl is-active etcd",
+    );
+    assert_eq!(off, ["not-enabled", "inactive"], "{off:?}");
+    assert_eq!(members(c, 0), left, "the cluster was touched");
+    report(&format!(
+        "cluster c1: a node with another token is refused {:.1} s after its insert: {}; member list unchanged",
+        s.at - inserted,
+        s.message
+    ));
+}
+
+/// Node `i` answers `waiting-for-iso` after host time `since` (a freshly booted node).
+fn await_node_waiting_for_iso(c: &Cluster, i: usize, since: f64) {
+    let s = c.nodes[i].await_sample(since, Duration::from_secs(300), |s| {
+        s.phase == "waiting-for-iso"
+    });
+    assert_eq!(s.verdict, "in-progress", "{s:?}");
+}
+
+/// Lines of what `script` printed on node `i`, whatever its exit status.
+fn lines_of(c: &Cluster, i: usize, script: &str) -> Vec<String> {
+    let out = c.nodes[i].vm().ssh(script);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// A second cluster where one node's ISO lacks etcd: that node fails with

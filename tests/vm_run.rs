@@ -72,6 +72,12 @@ fn wait_until_waiting_for_iso(vm: &Vm) {
 /// in the guest, an upper bound: a guest-side watcher prints the guest time it first sees
 /// the condition, turned into host time with a low clock offset.
 fn insert_and_time(vm: &mut Vm, iso: &str, condition: &str) -> f64 {
+    insert_and_clock(vm, iso, condition).0
+}
+
+/// [`insert_and_time`], also returning the host time of the insert and the guest clock's
+/// offset, to place the run's journal `step:` lines on the same time line.
+fn insert_and_clock(vm: &mut Vm, iso: &str, condition: &str) -> (f64, f64, f64) {
     let offset = vm.clock_offset();
     let watcher = support::vm::spawn_in_guest(
         vm,
@@ -85,7 +91,42 @@ fn insert_and_time(vm: &mut Vm, iso: &str, condition: &str) -> f64 {
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("watcher said {seen:?}"));
-    at - offset - inserted
+    (at - offset - inserted, inserted, offset)
+}
+
+/// Where the seconds from the insert to a healthy etcd went, from the last run's journal
+/// `step: NAME at UNIX_MS` lines (guest clock, moved to the host's by `offset`): each
+/// step's end after the insert and its own share. Returns the printed line and the
+/// seconds from the insert to each step.
+fn step_breakdown(vm: &Vm, inserted: f64, offset: f64) -> (String, Vec<(String, f64)>) {
+    let log = root(
+        vm,
+        "journalctl -b -u etcd-setup -o cat | grep '^step: ' || true",
+    );
+    // The last run's steps: from its last disc-seen on.
+    let lines: Vec<&str> = log.lines().collect();
+    let from = lines
+        .iter()
+        .rposition(|l| l.starts_with("step: disc-seen "))
+        .unwrap_or_else(|| panic!("no step lines in the journal:\n{log}"));
+    let mut steps = Vec::new();
+    for line in &lines[from..] {
+        let Some((name, ms)) = line
+            .strip_prefix("step: ")
+            .and_then(|l| l.split_once(" at "))
+        else {
+            continue;
+        };
+        let ms: f64 = ms.trim().parse().unwrap_or_else(|_| panic!("{line}"));
+        steps.push((name.to_string(), ms / 1000.0 - offset - inserted));
+    }
+    let mut text = Vec::new();
+    let mut previous = 0.0;
+    for (name, at) in &steps {
+        text.push(format!("{name} {at:.2} s (+{:.2})", at - previous));
+        previous = *at;
+    }
+    (format!("insert → {}", text.join(", ")), steps)
 }
 
 /// etcd neither enabled nor active, and nothing left half-installed.
@@ -310,13 +351,30 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
 
     root(&vm, "systemctl start --no-block etcd-setup");
     wait_until_waiting_for_iso(&vm);
-    let secs = insert_and_time(
+    let (secs, inserted, offset) = insert_and_clock(
         &mut vm,
         "k8s-etcd-3.5.1.iso",
         "[ \"$(systemctl is-active etcd.service)\" = active ]",
     );
     let (status, _) = wait_unit_exit(&vm, Duration::from_secs(300));
     assert_eq!(status, 0);
+    let (breakdown, steps) = step_breakdown(&vm, inserted, offset);
+    report(&format!("run scenario b steps: {breakdown}"));
+    let names: Vec<&str> = steps.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "disc-seen",
+            "disc-read",
+            "archive-pass-done",
+            "installed",
+            "unit-written",
+            "enabled-and-reloaded",
+            "start-job-done",
+            "healthy"
+        ],
+        "{breakdown}"
+    );
     assert_etcd_healthy(&vm);
     assert!(
         vm.ssh(&format!("test -e {FAILED_FILE}")).status.code() == Some(1),

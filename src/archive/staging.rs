@@ -1,6 +1,5 @@
 //! The private staging folder the archive is extracted into, and its clean-up.
 
-use super::io_failure;
 use crate::reason::Failure;
 use std::fs::{self, File};
 use std::io;
@@ -40,7 +39,7 @@ impl Staging {
                     // Owned from here on: dropping it removes it.
                     let staging = Staging { path };
                     fs::set_permissions(&staging.path, fs::Permissions::from_mode(0o700))
-                        .map_err(|e| io_failure(&staging.path, "cannot restrict", e))?;
+                        .map_err(|e| Failure::io(&staging.path, "cannot restrict", e))?;
                     return Ok(staging);
                 }
                 // A leftover of an earlier boot that had the same pid: take the next name.
@@ -48,7 +47,7 @@ impl Staging {
                     attempts += 1;
                 }
                 Err(e) => {
-                    return Err(io_failure(&path, "cannot create the staging folder", e));
+                    return Err(Failure::io(&path, "cannot create the staging folder", e));
                 }
             }
         }
@@ -97,11 +96,11 @@ pub fn remove_stale_staging(parent: &Path) -> io::Result<usize> {
 /// power cut. The extraction does not sync as it writes: the installer calls this once,
 /// before its rename. Symlinks are not followed (extraction never creates any).
 pub fn fsync_tree(path: &Path) -> Result<(), Failure> {
-    let meta = fs::symlink_metadata(path).map_err(|e| io_failure(path, "cannot inspect", e))?;
+    let meta = fs::symlink_metadata(path).map_err(|e| Failure::io(path, "cannot inspect", e))?;
     if meta.is_dir() {
-        let entries = fs::read_dir(path).map_err(|e| io_failure(path, "cannot list", e))?;
+        let entries = fs::read_dir(path).map_err(|e| Failure::io(path, "cannot list", e))?;
         for entry in entries {
-            let entry = entry.map_err(|e| io_failure(path, "cannot list", e))?;
+            let entry = entry.map_err(|e| Failure::io(path, "cannot list", e))?;
             fsync_tree(&entry.path())?;
         }
     } else if !meta.is_file() {
@@ -109,5 +108,5 @@ pub fn fsync_tree(path: &Path) -> Result<(), Failure> {
     }
     File::open(path)
         .and_then(|f| f.sync_all())
-        .map_err(|e| io_failure(path, "cannot flush to disk", e))
+        .map_err(|e| Failure::io(path, "cannot flush to disk", e))
 }

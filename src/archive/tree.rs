@@ -8,7 +8,7 @@
 //! link: plain paths are as safe here as `openat` with `O_NOFOLLOW` would be.
 
 use super::names;
-use super::{binary_missing, io_failure, too_large, unsafe_entry, Failure};
+use super::{binary_missing, too_large, unsafe_entry, Failure};
 use crate::elf::{self, Machine};
 use crate::reason::ReasonCode;
 use std::collections::HashMap;
@@ -133,10 +133,10 @@ impl<'a> Tree<'a> {
             .create_new(true)
             .mode(mode)
             .open(&path)
-            .map_err(|e| io_failure(&path, "cannot create", e))?;
+            .map_err(|e| Failure::io(&path, "cannot create", e))?;
         // The umask may have narrowed the mode: set it exactly.
         file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|e| io_failure(&path, "cannot set the mode of", e))?;
+            .map_err(|e| Failure::io(&path, "cannot set the mode of", e))?;
         self.seen.insert(key, Seen::File);
         Ok(FileSink {
             file,
@@ -279,7 +279,7 @@ impl<'a> Tree<'a> {
             .mode(0o755)
             .create(&path)
             .and_then(|()| fs::set_permissions(&path, fs::Permissions::from_mode(0o755)))
-            .map_err(|e| io_failure(&path, "cannot create", e))
+            .map_err(|e| Failure::io(&path, "cannot create", e))
     }
 
     fn duplicate(&self, shown: &str) -> Failure {
@@ -296,6 +296,6 @@ impl FileSink {
         }
         self.file
             .write_all(data)
-            .map_err(|e| io_failure(&self.path, "cannot write", e))
+            .map_err(|e| Failure::io(&self.path, "cannot write", e))
     }
 }

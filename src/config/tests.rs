@@ -1,5 +1,17 @@
 use super::*;
+use crate::reason::ReasonCode;
 use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// The value etcd reads for `key` from the environment file rendered from `s`: the
+/// URLs config's settings turn into (the derivations live in `unit`).
+fn env(s: &Settings, key: &str) -> String {
+    let text = crate::unit::render_env(s, &crate::unit::Membership::configured(s));
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in\n{text}"));
+    line.trim_matches('"').to_string()
+}
 
 const PATH: &str = "/etc/etcd-setup/config.toml";
 
@@ -90,15 +102,21 @@ fn the_documented_example_parses_to_its_typed_values() {
     };
     assert_eq!(s, expected);
     assert_eq!(
-        s.listen_client_urls(),
-        ["https://10.1.1.11:2379", "https://127.0.0.1:2379"]
+        env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+        "https://10.1.1.11:2379,https://127.0.0.1:2379"
     );
-    assert_eq!(s.advertise_client_urls(), ["https://10.1.1.11:2379"]);
-    assert_eq!(s.listen_peer_urls(), ["https://10.1.1.11:2380"]);
-    assert_eq!(s.initial_advertise_peer_urls(), ["https://10.1.1.11:2380"]);
-    assert_eq!(s.metrics_url(), "http://127.0.0.1:2381");
     assert_eq!(
-        s.initial_cluster_arg(),
+        env(&s, "ETCD_ADVERTISE_CLIENT_URLS"),
+        "https://10.1.1.11:2379"
+    );
+    assert_eq!(env(&s, "ETCD_LISTEN_PEER_URLS"), "https://10.1.1.11:2380");
+    assert_eq!(
+        env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
+        "https://10.1.1.11:2380"
+    );
+    assert_eq!(env(&s, "ETCD_LISTEN_METRICS_URLS"), "http://127.0.0.1:2381");
+    assert_eq!(
+        env(&s, "ETCD_INITIAL_CLUSTER"),
         "etcd-1=https://10.1.1.11:2380,etcd-2=https://10.1.1.12:2380,etcd-3=https://10.1.1.13:2380"
     );
     assert_eq!(s.policy().sha256, Some(digest));
@@ -126,11 +144,17 @@ fn defaults_fill_every_optional_key() {
     assert_eq!(s.tls, Tls::default());
     assert_eq!(s.limits, archive::Limits::default());
     assert_eq!(
-        s.listen_client_urls(),
-        ["http://10.1.1.11:2379", "http://127.0.0.1:2379"]
+        env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+        "http://10.1.1.11:2379,http://127.0.0.1:2379"
     );
-    assert_eq!(s.advertise_client_urls(), ["http://10.1.1.11:2379"]);
-    assert_eq!(s.initial_advertise_peer_urls(), ["http://10.1.1.11:2380"]);
+    assert_eq!(
+        env(&s, "ETCD_ADVERTISE_CLIENT_URLS"),
+        "http://10.1.1.11:2379"
+    );
+    assert_eq!(
+        env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
+        "http://10.1.1.11:2380"
+    );
 }
 
 #[test]
@@ -150,10 +174,10 @@ client_port = 12379
         IpAddr::V6("fd00::11".parse::<Ipv6Addr>().unwrap())
     );
     assert_eq!(
-        s.listen_client_urls(),
-        ["http://[fd00::11]:12379", "http://127.0.0.1:12379"]
+        env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+        "http://[fd00::11]:12379,http://127.0.0.1:12379"
     );
-    assert_eq!(s.listen_peer_urls(), ["http://[fd00::11]:2380"]);
+    assert_eq!(env(&s, "ETCD_LISTEN_PEER_URLS"), "http://[fd00::11]:2380");
 }
 
 #[test]
@@ -162,7 +186,7 @@ fn loopback_node_listens_once() {
         .replace("10.1.1.11", "127.0.0.1")
         .replace(",etcd-2=http://10.1.1.12:2380", "");
     let s = parse_text(&text).expect("valid single-member configuration");
-    assert_eq!(s.listen_client_urls(), ["http://127.0.0.1:2379"]);
+    assert_eq!(env(&s, "ETCD_LISTEN_CLIENT_URLS"), "http://127.0.0.1:2379");
 }
 
 #[test]
@@ -475,6 +499,49 @@ fn each_bad_value_is_config_invalid_naming_its_key_and_the_file() {
             table("limits", "max_file_size = \"1GiB\""),
             "limits.max_file_size",
             "more than limits.max_total_size",
+        ),
+        (
+            "sub-second start timeout",
+            etcd("start_timeout = \"500ms\""),
+            "etcd.start_timeout",
+            "shorter than 1s",
+        ),
+        (
+            "percent in the install path",
+            table("install", "dir = \"/opt/100%\""),
+            "install.dir",
+            "holds '%'",
+        ),
+        (
+            "relative install path",
+            table("install", "dir = \"opt/bin\""),
+            "install.dir",
+            "is not an absolute path",
+        ),
+        (
+            "newline in the token",
+            with("\"tok\"", "\"tok\\nETCD_DATA_DIR=/\""),
+            "etcd.cluster_token",
+            "only A-Z a-z 0-9 . _ -",
+        ),
+        (
+            "TLS file under /home, hidden by ProtectHome=",
+            cluster("etcd-1=https://10.1.1.11:2380")
+                + "[tls]\nclient_cert = \"/etc/etcd/pki/c.crt\"\nclient_key = \"/etc/etcd/pki/c.key\"\nclient_trusted_ca = \"/etc/etcd/pki/ca.crt\"\npeer_cert = \"/home/cloud/pki/peer.crt\"\npeer_key = \"/etc/etcd/pki/p.key\"\npeer_trusted_ca = \"/etc/etcd/pki/ca.crt\"\n",
+            "tls.peer_cert",
+            "/home/cloud/pki/peer.crt lies under /home, which etcd's sandbox",
+        ),
+        (
+            "data dir in /tmp, private to etcd under PrivateTmp=",
+            etcd("data_dir = \"/tmp/etcd\""),
+            "etcd.data_dir",
+            "lies under /tmp",
+        ),
+        (
+            "binaries under /root",
+            table("install", "dir = \"/root/bin\""),
+            "install.dir",
+            "lies under /root",
         ),
         (
             "zero entries",

@@ -3,6 +3,7 @@
 use super::atomic::atomic_write;
 use super::time::rfc3339;
 use super::{DIR_MODE, FILE_MODE};
+use crate::printable;
 use crate::reason::Failure;
 use nix::unistd::{geteuid, gethostname, User};
 use std::fs::{self};
@@ -12,8 +13,10 @@ use std::path::Path;
 use std::time::SystemTime;
 
 /// Writes the failure file at `path`, owned by the user `owner`, mode 0644: the headline
-/// `code: sentence` on the first line (newlines in the message become spaces), then
-/// the error chain, the agent version, the time and the host, one detail a line.
+/// `code: sentence` on the first line, then
+/// the error chain (a `cause:` line for each line of each cause), the agent version, the
+/// time and the host, one detail a line. Every line is [`printable::line`]: a label or a
+/// name from the disc cannot add a line, start another field or colour one.
 ///
 /// The reason is always written, whatever happens to the owner: an unknown user, or a
 /// `chown` the system refuses, leaves the file owned by the writer with a `note:` line
@@ -71,17 +74,21 @@ pub fn write_failure(
 
 /// The failure file's content.
 fn failure_text(failure: &Failure, now: SystemTime, notes: &[String]) -> String {
-    let mut text = format!("{}: {}\n", failure.code, one_line(&failure.message));
+    let mut text = format!("{}: {}\n", failure.code, printable::line(&failure.message));
     if let Some(source) = &failure.source {
         for cause in source.chain() {
-            text.push_str(&format!("cause: {}\n", one_line(&cause.to_string())));
+            // A cause of several lines (etcd's journal lines) keeps them: a `cause:`
+            // line each, so none can pass for the headline or another field.
+            for line in cause.to_string().lines() {
+                text.push_str(&format!("cause: {}\n", printable::line(line)));
+            }
         }
     }
     text.push_str(&format!("agent: etcd-setup {}\n", crate::VERSION));
     text.push_str(&format!("time: {}\n", rfc3339(now)));
-    text.push_str(&format!("host: {}\n", one_line(&hostname())));
+    text.push_str(&format!("host: {}\n", printable::line(&hostname())));
     for note in notes {
-        text.push_str(&format!("note: {}\n", one_line(note)));
+        text.push_str(&format!("note: {}\n", printable::line(note)));
     }
     text
 }
@@ -92,25 +99,6 @@ pub fn clear_failure(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
     }
-}
-
-/// `text` with every run of line breaks and other control characters made one space, so
-/// a message stays on its line.
-pub fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut gap = false;
-    for c in text.chars() {
-        if c.is_control() {
-            gap = true;
-        } else {
-            if gap && !out.is_empty() && !out.ends_with(' ') && c != ' ' {
-                out.push(' ');
-            }
-            gap = false;
-            out.push(c);
-        }
-    }
-    out
 }
 
 pub(super) fn hostname() -> String {

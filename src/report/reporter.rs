@@ -3,7 +3,8 @@
 //! record, shared with the signal thread that records `interrupted`.
 
 use super::failure::{clear_failure, write_failure};
-use super::state::{Phase, Reason, State, StateStore};
+use super::state::{Phase, State, StateStore};
+use crate::printable;
 use crate::reason::Failure;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -40,12 +41,19 @@ impl Reporter {
     }
 
     /// A journal line at syslog `priority` (stderr under systemd, with `<N>`).
+    /// The text is [`printable::line`]: one journal entry, whatever a label holds.
     pub fn log(&self, priority: u8, text: &str) {
-        // Under systemd, stderr goes to the journal, which reads a <N> priority prefix.
+        eprintln!("{}", self.journal_line(priority, text));
+    }
+
+    /// The line [`log`](Self::log) writes. Under systemd, stderr goes to the journal,
+    /// which reads a `<N>` priority prefix.
+    fn journal_line(&self, priority: u8, text: &str) -> String {
+        let text = printable::line(text);
         if self.journal {
-            eprintln!("<{priority}>{text}");
+            format!("<{priority}>{text}")
         } else {
-            eprintln!("etcd-setup: {text}");
+            format!("etcd-setup: {text}")
         }
     }
 
@@ -56,7 +64,9 @@ impl Reporter {
     }
 
     fn notify(&self, status: &str) {
-        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(status)]);
+        // A newline would end the STATUS= assignment and start another.
+        let status = printable::line(status);
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Status(&status)]);
     }
 
     /// Enters a phase: state files, STATUS= and a journal line.
@@ -66,6 +76,21 @@ impl Reporter {
         self.save();
         self.notify(text);
         self.log(6, text);
+    }
+
+    /// Marks the end of a step of the road in the journal, at debug priority, as
+    /// `step: NAME at UNIX_MS` (the wall clock): the VM tests read these lines to show
+    /// where the seconds between an ISO insert and a healthy etcd go.
+    pub fn step(&self, name: &str) {
+        self.step_at(name, SystemTime::now());
+    }
+
+    /// [`Reporter::step`] for a step that ended at `at`.
+    pub fn step_at(&self, name: &str, at: SystemTime) {
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        self.log(7, &format!("step: {name} at {ms}"));
     }
 
     /// Reports progress within the current phase.
@@ -84,11 +109,7 @@ impl Reporter {
                 &format!("cannot write {}: {e}", self.failure_file.display()),
             );
         }
-        self.state.reason = Some(Reason {
-            code: failure.code,
-            message: failure.message.clone(),
-        });
-        self.state.enter(Phase::Failed, SystemTime::now());
+        self.state.fail(failure, SystemTime::now());
         self.state.progress = None;
         self.save();
         self.notify(&failure.headline());
@@ -131,3 +152,25 @@ impl Reporter {
 
 /// The reporter the signal thread reaches; `None` until the run has one.
 pub type SharedReporter = Arc<Mutex<Option<Reporter>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A label with a newline would start a second journal entry, with a priority of
+    /// its own choosing: it stays in its entry, escaped.
+    #[test]
+    fn a_journal_line_cannot_be_split_by_text_from_the_disc() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Reporter::new(
+            StateStore::new(dir.path().join("run"), dir.path().join("lib")),
+            dir.path().join("failed"),
+            "root".into(),
+        );
+        r.journal = true;
+        assert_eq!(
+            r.journal_line(6, "found the ISO (label X\n<0>etcd-setup: ok\x1b[31m)"),
+            "<6>found the ISO (label X\\n<0>etcd-setup: ok\\x1b[31m)"
+        );
+    }
+}

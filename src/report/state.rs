@@ -1,13 +1,12 @@
 //! The state files `status` answers from: the live copy and the persistent one.
 
 use super::atomic::atomic_write;
-use super::failure::one_line;
 use super::time::{rfc3339, unix_ms};
 use super::{DIR_MODE, FILE_MODE, MAX_STATE, SCHEMA_VERSION, STATE_FILE};
 use crate::reason::{Failure, ReasonCode};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -31,6 +30,9 @@ pub enum Phase {
     Running,
     /// The run ended without etcd running; the reason says why.
     Failed,
+    /// This member left its cluster (`etcd-setup leave`): etcd is stopped and disabled,
+    /// its data moved aside; `run` does not join it again unless told `--rejoin`.
+    Left,
 }
 
 impl Phase {
@@ -44,6 +46,7 @@ impl Phase {
             Phase::Starting => "starting",
             Phase::Running => "running",
             Phase::Failed => "failed",
+            Phase::Left => "left",
         }
     }
 }
@@ -67,7 +70,7 @@ impl From<&Failure> for Reason {
     fn from(failure: &Failure) -> Self {
         Reason {
             code: failure.code,
-            message: one_line(&failure.message),
+            message: failure.message.clone(),
         }
     }
 }
@@ -201,6 +204,18 @@ pub struct Loaded {
     pub from: Option<PathBuf>,
     /// Copies that were skipped and why (corrupt, unknown schema, unreadable).
     pub notes: Vec<String>,
+    /// The copy that exists but cannot be read as a state, and why: then `state` is
+    /// `None`, and nobody may conclude that no run began.
+    pub unreadable: Option<Unreadable>,
+}
+
+/// A state file that exists but is not a state this agent can read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The file.
+    pub file: PathBuf,
+    /// Why, e.g. `is a FIFO, not a file the agent wrote`.
+    pub why: String,
 }
 
 /// The two copies of `state.json`: live under `/run`, persistent under `/var/lib`.
@@ -217,11 +232,6 @@ impl StateStore {
             run_dir: run_dir.into(),
             persist_dir: persist_dir.into(),
         }
-    }
-
-    /// The store at [`RUN_DIR`] and [`PERSIST_DIR`].
-    pub fn system() -> StateStore {
-        StateStore::new(super::RUN_DIR, super::PERSIST_DIR)
     }
 
     /// The live copy's path.
@@ -265,24 +275,26 @@ impl StateStore {
         first_error.map_or(Ok(None), Err)
     }
 
-    /// Like [`load`](Self::load), and says which copy answered and what was skipped.
+    /// Like [`load`](Self::load), and says which copy answered and what was skipped. The
+    /// first copy that exists decides: the live one in this boot, the persistent one
+    /// after a reboot. One that exists but cannot be read is [`Loaded::unreadable`],
+    /// never taken for "no run yet", nor replaced by the older persistent copy.
     pub fn load_detailed(&self) -> Loaded {
         let mut loaded = Loaded::default();
         for path in [self.run_path(), self.persist_path()] {
-            match read_state(&path) {
+            let why = match read_state(&path) {
                 Ok(Some(s)) => {
                     loaded.state = Some(s);
                     loaded.from = Some(path);
                     break;
                 }
-                Ok(None) => {}
-                Err(ReadError::Invalid(why)) => loaded
-                    .notes
-                    .push(format!("{}: {why}; ignored", path.display())),
-                Err(ReadError::Io(e)) => loaded
-                    .notes
-                    .push(format!("{}: cannot read: {e}; ignored", path.display())),
-            }
+                Ok(None) => continue,
+                Err(ReadError::Invalid(why)) => why,
+                Err(ReadError::Io(e)) => format!("cannot be read: {e}"),
+            };
+            loaded.notes.push(format!("{} {why}", path.display()));
+            loaded.unreadable = Some(Unreadable { file: path, why });
+            break;
         }
         loaded
     }
@@ -294,6 +306,12 @@ enum ReadError {
 }
 
 /// Writes one copy, naming the file in the error.
+/// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC` for opening a state file.
+fn libc_flags() -> i32 {
+    use nix::fcntl::OFlag;
+    (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits()
+}
+
 fn write_state(path: &Path, state: &State) -> io::Result<()> {
     let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     if let Some(dir) = path.parent() {
@@ -308,18 +326,62 @@ fn write_state(path: &Path, state: &State) -> io::Result<()> {
     atomic_write(path, &json, FILE_MODE, None).map_err(named)
 }
 
+/// Reads one copy. The file is opened without following a symlink and without blocking
+/// (a FIFO put there must not hang the reader), and must be a regular file of at most
+/// [`MAX_STATE`] bytes: anything else is [`ReadError::Invalid`], saying what it is.
 fn read_state(path: &Path) -> Result<Option<State>, ReadError> {
-    let file = match File::open(path) {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags())
+        .open(path);
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+            let target = fs::read_link(path)
+                .map(|t| format!(" to {}", t.display()))
+                .unwrap_or_default();
+            return Err(ReadError::Invalid(format!(
+                "is a symbolic link{target}, not a file the agent wrote"
+            )));
+        }
         Err(e) => return Err(ReadError::Io(e)),
     };
+    let meta = file.metadata().map_err(ReadError::Io)?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else {
+            "not a regular file"
+        };
+        return Err(ReadError::Invalid(format!(
+            "is {what}, not a file the agent wrote"
+        )));
+    }
+    if meta.len() > MAX_STATE {
+        return Err(ReadError::Invalid(format!(
+            "is {} bytes, larger than the {MAX_STATE} a state file may be",
+            meta.len()
+        )));
+    }
     let mut bytes = Vec::new();
     file.take(MAX_STATE + 1)
         .read_to_end(&mut bytes)
         .map_err(ReadError::Io)?;
     if bytes.len() as u64 > MAX_STATE {
-        return Err(ReadError::Invalid(format!("larger than {MAX_STATE} bytes")));
+        return Err(ReadError::Invalid(format!(
+            "is larger than the {MAX_STATE} bytes a state file may be"
+        )));
     }
     // The version first, so a later schema is told apart from a corrupt file.
     #[derive(Deserialize)]
@@ -327,14 +389,14 @@ fn read_state(path: &Path) -> Result<Option<State>, ReadError> {
         schema_version: u32,
     }
     let version: Version = serde_json::from_slice(&bytes)
-        .map_err(|e| ReadError::Invalid(format!("corrupt state ({e})")))?;
+        .map_err(|e| ReadError::Invalid(format!("is not a state file: corrupt JSON ({e})")))?;
     if version.schema_version != SCHEMA_VERSION {
         return Err(ReadError::Invalid(format!(
-            "schema version {} (this agent reads {SCHEMA_VERSION})",
+            "has schema version {} (this agent reads {SCHEMA_VERSION})",
             version.schema_version
         )));
     }
     serde_json::from_slice(&bytes)
         .map(Some)
-        .map_err(|e| ReadError::Invalid(format!("corrupt state ({e})")))
+        .map_err(|e| ReadError::Invalid(format!("is not a state file: corrupt JSON ({e})")))
 }

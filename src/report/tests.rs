@@ -1,13 +1,13 @@
+use super::failure::hostname;
 use super::*;
 use crate::reason::{Failure, ReasonCode};
 use nix::unistd::{geteuid, User};
-use super::failure::hostname;
 use std::fs;
 use std::io;
-use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::Duration;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
@@ -95,14 +95,16 @@ fn failure_file_has_the_headline_then_detail_lines() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "archive-corrupt: the etcd archive on /dev/sr0 is truncated; rebuild the ISO"
+        "archive-corrupt: the etcd archive on /dev/sr0\\nis truncated;\\r\\n rebuild the ISO"
     );
     assert_eq!(lines[1], "cause: reading etcd/etcd-linux-amd64.tar.gz");
-    assert_eq!(lines[2], "cause: short read at sector 17");
-    assert_eq!(lines[3], format!("agent: etcd-setup {}", crate::VERSION));
-    assert_eq!(lines[4], "time: 2026-05-01T12:54:56Z");
-    assert_eq!(lines[5], format!("host: {}", hostname()));
-    assert_eq!(lines.len(), 6, "{text}");
+    // A cause of two lines is two `cause:` lines.
+    assert_eq!(lines[2], "cause: short read");
+    assert_eq!(lines[3], "cause: at sector 17");
+    assert_eq!(lines[4], format!("agent: etcd-setup {}", crate::VERSION));
+    assert_eq!(lines[5], "time: 2026-05-01T12:54:56Z");
+    assert_eq!(lines[6], format!("host: {}", hostname()));
+    assert_eq!(lines.len(), 7, "{text}");
     assert!(text.ends_with('\n'));
     let meta = fs::metadata(&path).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o644);
@@ -169,11 +171,31 @@ fn a_second_failure_replaces_the_first_and_clear_removes_it() {
 }
 
 #[test]
-fn one_line_folds_breaks_and_controls_into_single_spaces() {
-    assert_eq!(one_line("a\nb"), "a b");
-    assert_eq!(one_line("a \n b"), "a  b");
-    assert_eq!(one_line("a\r\n\tb\x1b[0m"), "a b [0m");
-    assert_eq!(one_line("\nleading and trailing\n"), "leading and trailing");
+fn a_label_with_a_newline_and_an_escape_cannot_forge_the_failure_files_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("failed");
+    let label = "CDROM\nok: etcd 9.9.9\x1b[31m";
+    let failure = Failure::new(
+        ReasonCode::ArchiveMissing,
+        format!("the Kubernetes ISO on /dev/sr0 (label {label}) has no etcd"),
+    )
+    .with_source(anyhow::anyhow!(
+        "the disc's top level holds: a\rb, \u{9b}31m"
+    ));
+    let owner = User::from_uid(geteuid()).unwrap().unwrap().name;
+    write_failure(&path, &owner, &failure, at(0)).unwrap();
+    let text = fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "archive-missing: the Kubernetes ISO on /dev/sr0 (label CDROM\\nok: etcd 9.9.9\\x1b[31m) has no etcd"
+    );
+    assert_eq!(
+        lines[1],
+        "cause: the disc's top level holds: a\\rb, \\u{009b}31m"
+    );
+    assert!(lines[2].starts_with("agent: "), "{text}");
+    assert!(!text.contains('\x1b') && !text.contains('\r') && !text.contains('\u{9b}'));
 }
 
 #[test]
@@ -214,7 +236,8 @@ fn state_records_phases_and_reason() {
         s.reason,
         Some(Reason {
             code: ReasonCode::DigestMismatch,
-            message: "digest mismatch".into()
+            // JSON keeps the exact text; only output escapes it.
+            message: "digest\nmismatch".into()
         })
     );
     let phases: Vec<_> = s.phases.iter().map(|p| (p.phase, p.unix_ms)).collect();
@@ -311,7 +334,7 @@ fn live_saves_leave_the_persistent_copy_alone() {
 }
 
 #[test]
-fn a_corrupt_copy_is_skipped_with_a_note() {
+fn a_corrupt_live_copy_is_unreadable_and_not_replaced_by_the_persistent_one() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let s = sample_state();
@@ -321,41 +344,91 @@ fn a_corrupt_copy_is_skipped_with_a_note() {
         b"{\"schema_version\": 1, \"phase\": \"runn",
     )
     .unwrap();
+    // `run` only wants an earlier install to carry over: a corrupt copy counts as absent.
     assert_eq!(store.load().unwrap(), Some(s.clone()));
-    let loaded = store.load_detailed();
-    assert_eq!(loaded.state, Some(s));
-    assert_eq!(loaded.from, Some(store.persist_path()));
-    assert_eq!(loaded.notes.len(), 1);
-    assert!(
-        loaded.notes[0].starts_with(&format!("{}: corrupt state (", store.run_path().display()))
-    );
-
-    fs::write(store.persist_path(), b"\0\0\0").unwrap();
-    assert_eq!(store.load().unwrap(), None);
+    // `status` must not answer from the older copy as if the node had rebooted.
     let loaded = store.load_detailed();
     assert_eq!(loaded.state, None);
-    assert_eq!(loaded.notes.len(), 2, "{:?}", loaded.notes);
+    let unreadable = loaded.unreadable.unwrap();
+    assert_eq!(unreadable.file, store.run_path());
+    assert!(
+        unreadable
+            .why
+            .starts_with("is not a state file: corrupt JSON ("),
+        "{}",
+        unreadable.why
+    );
+    assert_eq!(
+        loaded.notes,
+        [format!("{} {}", store.run_path().display(), unreadable.why)]
+    );
 }
 
+/// Every way the file at the state path can be wrong is named, none blocks the reader,
+/// and none reads as "no state".
 #[test]
-fn a_later_schema_is_set_aside_not_misread() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store(dir.path());
-    fs::create_dir_all(dir.path().join("run")).unwrap();
-    fs::write(
-        store.run_path(),
-        b"{\"schema_version\": 2, \"phase\": \"levitating\"}",
-    )
-    .unwrap();
-    assert_eq!(store.load().unwrap(), None);
-    let notes = store.load_detailed().notes;
-    assert_eq!(
-        notes,
-        [format!(
-            "{}: schema version 2 (this agent reads 1); ignored",
-            store.run_path().display()
-        )]
-    );
+fn a_state_path_holding_anything_but_a_state_file_is_unreadable_and_says_what_it_holds() {
+    type Make<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Make, &str); 7] = [
+        (
+            "truncated",
+            &|p| fs::write(p, b"{\"schema_version\":1,\"pha").unwrap(),
+            "corrupt JSON",
+        ),
+        (
+            "100 MB",
+            &|p| fs::File::create(p).unwrap().set_len(100 << 20).unwrap(),
+            "is 104857600 bytes, larger than the 1048576 a state file may be",
+        ),
+        (
+            "invalid UTF-8",
+            &|p| fs::write(p, b"{\"schema_version\":1,\"phase\":\"\xff\xfe\"}").unwrap(),
+            "corrupt JSON",
+        ),
+        (
+            "a symlink",
+            &|p| std::os::unix::fs::symlink("/etc/hostname", p).unwrap(),
+            "is a symbolic link to /etc/hostname",
+        ),
+        (
+            "a directory",
+            &|p| fs::create_dir(p).unwrap(),
+            "is a directory",
+        ),
+        (
+            "a FIFO",
+            &|p| nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap(),
+            "is a FIFO",
+        ),
+        (
+            "a later schema",
+            &|p| fs::write(p, b"{\"schema_version\": 2, \"phase\": \"levitating\"}").unwrap(),
+            "has schema version 2 (this agent reads 1)",
+        ),
+    ];
+    for (what, make, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        fs::create_dir_all(dir.path().join("run")).unwrap();
+        make(&store.run_path());
+        let started = std::time::Instant::now();
+        let loaded = store.load_detailed();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: blocked"
+        );
+        assert_eq!(loaded.state, None, "{what}");
+        let unreadable = loaded
+            .unreadable
+            .unwrap_or_else(|| panic!("{what}: not unreadable"));
+        assert_eq!(unreadable.file, store.run_path(), "{what}");
+        assert!(
+            unreadable.why.contains(expected),
+            "{what}: {}",
+            unreadable.why
+        );
+        assert_eq!(store.load().unwrap(), None, "{what}");
+    }
 }
 
 #[test]

@@ -1,10 +1,18 @@
 //! The client: `etcd-setup status` sends one request and prints the answer.
+//!
+//! With `--format json`, every outcome is one JSON object of schema 1 on stdout: the
+//! server's answer, or, when there is none (the socket cannot be reached, the server
+//! refused the request, gave no answer in time or an unreadable one), an object with
+//! `verdict: "unreachable"`, `exit_code: 5` and `error: {code, message}` ([`Unanswered`]).
+//! Text and JSON go out through [`crate::output::print`]: a closed stdout ends the output
+//! quietly.
 
 use super::protocol::{Answer, ErrorBody, Reply, Request};
 use super::text::{text_line, text_long};
-use super::{MAX_WAIT, PROTOCOL_VERSION, REQUEST_TIMEOUT};
+use super::{MAX_WAIT, PROTOCOL_VERSION, REQUEST_TIMEOUT, SCHEMA_VERSION};
 use crate::cli::{Format, StatusArgs};
-use crate::exit;
+use crate::{exit, output, printable};
+use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -12,6 +20,8 @@ use std::time::Duration;
 
 /// The largest reply the client reads.
 const MAX_REPLY: u64 = 1 << 20;
+/// How long the client waits for a reply beyond the request's own `--wait`.
+const SLACK: Duration = Duration::from_secs(10);
 
 /// `etcd-setup status`: one request to the socket, the answer printed, its exit code.
 pub fn command(args: &StatusArgs) -> u8 {
@@ -20,34 +30,70 @@ pub fn command(args: &StatusArgs) -> u8 {
         wait: args.wait,
         timeout_ms: u64::try_from(args.timeout.as_millis()).unwrap_or(u64::MAX),
     };
-    match query(&args.socket, &request, std::time::Duration::from_secs(10)) {
+    match query(&args.socket, &request, SLACK) {
         Ok(answer) => {
             match (args.format, args.long) {
                 (Format::Json, _) => match serde_json::to_string_pretty(&answer) {
-                    Ok(json) => println!("{json}"),
+                    Ok(json) => output::print(&format!("{json}\n")),
                     Err(e) => {
                         eprintln!("etcd-setup status: cannot encode the answer: {e}");
                         return exit::status::UNREACHABLE;
                     }
                 },
-                (Format::Text, true) => print!("{}", text_long(&answer)),
-                (Format::Text, false) => println!("{}", text_line(&answer)),
+                (Format::Text, true) => output::print(&text_long(&answer)),
+                (Format::Text, false) => output::print(&format!("{}\n", text_line(&answer))),
             }
             answer.exit_code
         }
         Err(e) => {
-            match &e {
-                ClientError::Refused(body) if args.format == Format::Json => {
-                    println!("{}", serde_json::json!({ "error": body }));
+            if args.format == Format::Json {
+                let body = Unanswered::new(&args.socket, &e);
+                if let Ok(json) = serde_json::to_string_pretty(&body) {
+                    output::print(&format!("{json}\n"));
                 }
-                _ => {}
             }
             let what = match e {
                 ClientError::Refused(_) => "refused",
-                ClientError::Unreachable(_) => "unreachable",
+                _ => "unreachable",
             };
-            eprintln!("etcd-setup status: {what}: {e}");
+            eprintln!(
+                "etcd-setup status: {what}: {}",
+                printable::line(&e.to_string())
+            );
             exit::status::UNREACHABLE
+        }
+    }
+}
+
+/// What `status --format json` prints when no answer came (schema 1): `verdict` is
+/// `unreachable`, `exit_code` 5, and `error` says what happened.
+#[derive(Debug, Serialize)]
+pub struct Unanswered {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Always `unreachable`.
+    pub verdict: &'static str,
+    /// [`exit::status::UNREACHABLE`].
+    pub exit_code: u8,
+    /// The server's refusal (`forbidden`, `busy`, …) or the client's own code:
+    /// `unreachable` (no connection), `timeout` (no answer in time) or `bad-reply`.
+    pub error: ErrorBody,
+    /// The socket asked.
+    pub socket: String,
+}
+
+impl Unanswered {
+    /// The object for `error` on `socket`.
+    pub fn new(socket: &Path, error: &ClientError) -> Unanswered {
+        Unanswered {
+            schema_version: SCHEMA_VERSION,
+            verdict: "unreachable",
+            exit_code: exit::status::UNREACHABLE,
+            error: match error {
+                ClientError::Refused(body) => body.clone(),
+                other => ErrorBody::new(other.code(), other.to_string()),
+            },
+            socket: socket.display().to_string(),
         }
     }
 }
@@ -55,16 +101,34 @@ pub fn command(args: &StatusArgs) -> u8 {
 /// What the client could not do.
 #[derive(Debug)]
 pub enum ClientError {
-    /// Connecting, writing or reading failed, or the reply is malformed.
+    /// Connecting, writing or reading failed.
     Unreachable(String),
+    /// No reply within the time allowed.
+    Timeout(String),
+    /// The reply is not one the protocol knows.
+    BadReply(String),
     /// The server answered with an error.
     Refused(ErrorBody),
+}
+
+impl ClientError {
+    /// The error's code in [`Unanswered`]: the server's, or the client's own.
+    pub fn code(&self) -> &str {
+        match self {
+            ClientError::Unreachable(_) => "unreachable",
+            ClientError::Timeout(_) => "timeout",
+            ClientError::BadReply(_) => "bad-reply",
+            ClientError::Refused(e) => &e.code,
+        }
+    }
 }
 
 impl std::fmt::Display for ClientError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ClientError::Unreachable(why) => f.write_str(why),
+            ClientError::Unreachable(why)
+            | ClientError::Timeout(why)
+            | ClientError::BadReply(why) => f.write_str(why),
             ClientError::Refused(e) => write!(f, "{}: {}", e.code, e.message),
         }
     }
@@ -73,28 +137,63 @@ impl std::fmt::Display for ClientError {
 /// Sends `request` to the server at `socket` and reads its answer. The reply may take
 /// up to the request's wait plus `slack`.
 pub fn query(socket: &Path, request: &Request, slack: Duration) -> Result<Answer, ClientError> {
-    let shown = socket.display();
-    let unreachable = |what: &str, e: &dyn std::fmt::Display| {
-        ClientError::Unreachable(format!("cannot {what} the status socket {shown}: {e}"))
-    };
-    let mut stream = UnixStream::connect(socket).map_err(|e| unreachable("connect to", &e))?;
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        ClientError::Unreachable(format!(
+            "cannot connect to the status socket {}: {e}",
+            socket.display()
+        ))
+    })?;
     let wait = if request.wait {
         Duration::from_millis(request.timeout_ms).min(MAX_WAIT)
     } else {
         Duration::ZERO
     };
+    exchange(&mut stream, socket, request, wait + slack)
+}
+
+/// Writes `request` on `stream` (connected to `socket`) and reads the reply, waiting at
+/// most `patience` for it.
+fn exchange(
+    stream: &mut UnixStream,
+    socket: &Path,
+    request: &Request,
+    patience: Duration,
+) -> Result<Answer, ClientError> {
+    let shown = socket.display();
+    let unreachable = |what: &str, e: &dyn std::fmt::Display| {
+        ClientError::Unreachable(format!("cannot {what} the status socket {shown}: {e}"))
+    };
     let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
-    let _ = stream.set_read_timeout(Some(wait + slack));
+    let _ = stream.set_read_timeout(Some(patience));
     let mut line = serde_json::to_vec(request).map_err(|e| unreachable("encode for", &e))?;
     line.push(b'\n');
-    stream
-        .write_all(&line)
-        .map_err(|e| unreachable("write to", &e))?;
-    let reply = read_reply(&mut stream).map_err(|e| unreachable("read from", &e))?;
+    // A server that refuses at once (`busy`, `forbidden`) writes its reply and closes
+    // without reading: the write may then fail (EPIPE) while the reply waits to be read.
+    let written = stream.write_all(&line);
+    let reply = match read_reply(stream) {
+        Ok(reply) => reply,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(ClientError::Timeout(format!(
+                "no answer within {} s from {shown}",
+                patience.as_secs()
+            )))
+        }
+        Err(e) => {
+            return Err(match written {
+                Err(w) => unreachable("write to", &w),
+                Ok(()) => unreachable("read from", &e),
+            })
+        }
+    };
     match Reply::parse(&reply) {
         Ok(Reply::Answer(a)) => Ok(*a),
         Ok(Reply::Error(e)) => Err(ClientError::Refused(e)),
-        Err(why) => Err(ClientError::Unreachable(format!("{shown}: {why}"))),
+        Err(why) => Err(ClientError::BadReply(format!("{shown}: {why}"))),
     }
 }
 
@@ -125,4 +224,35 @@ fn read_reply(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Shutdown;
+
+    /// The server told the client `busy` and stopped reading before the request was
+    /// written, so writing it fails with EPIPE: the client shows the server's reply, not
+    /// "Broken pipe" (issue 15 item 1).
+    #[test]
+    fn a_refusal_sent_before_the_request_is_shown_not_the_broken_pipe() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let busy = Reply::Error(ErrorBody::new("busy", "256 queries are being answered"));
+        (&server).write_all(&busy.to_line()).unwrap();
+        server.shutdown(Shutdown::Read).unwrap();
+        let request = Request {
+            version: PROTOCOL_VERSION,
+            wait: false,
+            timeout_ms: 0,
+        };
+        // The write does fail here, as it does against a server that closed.
+        assert_eq!(
+            (&client).write_all(b"x").unwrap_err().kind(),
+            io::ErrorKind::BrokenPipe
+        );
+        match exchange(&mut client, Path::new("s.sock"), &request, SLACK) {
+            Err(ClientError::Refused(e)) => assert_eq!(e.code, "busy"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -29,6 +29,10 @@ pub enum Verdict {
     InProgress,
     /// No run has begun.
     NotStarted,
+    /// The state file exists but cannot be read: nobody can say what the run did.
+    Unreadable,
+    /// This member left its cluster (`etcd-setup leave`).
+    Left,
 }
 
 impl Verdict {
@@ -39,6 +43,8 @@ impl Verdict {
             Verdict::Failed => "failed",
             Verdict::InProgress => "in-progress",
             Verdict::NotStarted => "not-started",
+            Verdict::Unreadable => "unreadable",
+            Verdict::Left => "left",
         }
     }
 
@@ -49,12 +55,18 @@ impl Verdict {
             Verdict::Failed => exit::FAILED,
             Verdict::InProgress => exit::IN_PROGRESS,
             Verdict::NotStarted => exit::NOT_STARTED,
+            Verdict::Unreadable => exit::UNREADABLE,
+            Verdict::Left => exit::LEFT,
         }
     }
 
-    /// Whether `--wait` ends on this verdict.
+    /// Whether `--wait` ends on this verdict. An unreadable state does: the agent writes
+    /// its files atomically, so a broken one stays broken until someone repairs it.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Verdict::Running | Verdict::Failed)
+        matches!(
+            self,
+            Verdict::Running | Verdict::Failed | Verdict::Unreadable | Verdict::Left
+        )
     }
 }
 
@@ -96,8 +108,9 @@ pub struct EtcdView {
 pub struct Answer {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
-    /// The run's phase, e.g. `waiting-for-iso`; `not-started` when no state exists.
-    pub phase: Phase,
+    /// The run's phase, e.g. `waiting-for-iso`; `not-started` when no state exists;
+    /// `null` when the state file cannot be read (verdict `unreadable`).
+    pub phase: Option<Phase>,
     /// A human line on the current phase.
     pub progress: Option<String>,
     /// Why the verdict is `failed`.
@@ -126,8 +139,13 @@ pub struct Answer {
     pub exit_code: u8,
     /// When the state last changed, RFC 3339.
     pub updated_at: Option<String>,
-    /// The state file the answer comes from.
+    /// The state file the answer comes from; with verdict `unreadable`, the one that
+    /// cannot be read.
     pub state_file: Option<String>,
+    /// What the server noticed about state files it could not use, one sentence each
+    /// naming the file; absent when there is nothing to say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// An error reply's body.

@@ -8,8 +8,8 @@
 //! # Design: one event loop, one evaluator
 //!
 //! One thread (the loop) polls the listening socket, every open connection, the inotify
-//! watch and a wake-up socket. It accepts, reads each request without blocking (at most
-//! 4 KiB, within 2 s of connecting), checks the peer's credentials, parses, and writes
+//! watch and a wake-up socket. It accepts, checks the peer's credentials, reads each
+//! request without blocking (at most 4 KiB, within 2 s of connecting), parses, and writes
 //! replies; it never waits on anything but `poll`. So a client that never writes, that
 //! writes megabytes or garbage, costs the others a few microseconds of the loop's time
 //! and one slot, never a wait. At most [`MAX_CLIENTS`] connections are held open at once
@@ -24,8 +24,8 @@
 //! as evaluating per request, which the server did before. Requests that arrive while
 //! one evaluation runs share the next, so under a burst one evaluation answers hundreds.
 //! An evaluation reuses the parsed live state file while the inotify watch on its folder
-//! reports no change (the persistent copy, read only when the live one is missing or
-//! corrupt, is read every time): inotify queues its events within the writer's own rename,
+//! reports no change (the persistent copy, read only when the live one is missing, is
+//! read every time; a copy that cannot be read is read again every time too): inotify queues its events within the writer's own rename,
 //! and the evaluator reads the queue before deciding, so a change made before a request
 //! is always seen. Each evaluation still checks the run's PID (a run killed by SIGKILL
 //! writes nothing) and asks the live view, which caches its own look (500 ms on a node).
@@ -36,8 +36,29 @@
 //! evaluation, and the waiter is answered once the verdict is terminal or its time is up.
 //! A waiter that hangs up is dropped at once, freeing its slot.
 //!
+//! # Who holds a slot
+//!
+//! The socket is 0666 so that anyone gets a clear refusal; so anyone can connect. The
+//! peer's credentials (`SO_PEERCRED`) are known the moment a connection is accepted, and
+//! are looked at then: a peer that is neither root nor of the group is told `forbidden`
+//! at once (one non-blocking write into the socket's buffer) and closed. It never holds a
+//! slot nor a read deadline, so an outsider's flood of silent connections, reconnecting
+//! as each is closed, costs the loop an accept, a `getsockopt` and a close per
+//! connection, and root and the group are answered throughout.
+//!
+//! The group's own clients could still take every slot (silent, or `--wait`ing for an
+//! hour). [`ROOT_RESERVE`] slots are kept for root: the group may hold at most
+//! `MAX_CLIENTS - ROOT_RESERVE` connections, root all of them. A reserve rather than a
+//! bound per uid, because the group's honest client is usually one uid (the management
+//! server's) that may rightly hold many connections, and a per-uid bound would turn its
+//! burst into `busy`; while what must never be starved is root, the operator on the node,
+//! whose `status` is how a flood is diagnosed. A burst that outruns one evaluation still
+//! waits in the listen backlog rather than being told `busy` (see above), for root and
+//! the group alike.
+//!
 //! The loop's one call that is not on a socket: for a peer that is neither root nor of
-//! the group by its gid, the user database (`getpwuid`, a local file on the node).
+//! the group by its gid, the user database (`getpwuid`, a local file on the node); its
+//! verdict is kept for [`ACCESS_TTL`], so a flood does not read the file per connection.
 
 use super::{
     evaluate, pid_alive, ErrorBody, LiveView, Reply, Request, SystemLive, MAX_REQUEST, MAX_WAIT,
@@ -62,6 +83,10 @@ use std::time::{Duration, Instant};
 
 /// Connections held open at once; more get `busy`.
 pub const MAX_CLIENTS: usize = 256;
+/// Of [`MAX_CLIENTS`], the slots only root may take: the group holds at most the rest.
+pub const ROOT_RESERVE: usize = 32;
+/// How long a peer's admission (by uid and gid) is remembered.
+const ACCESS_TTL: Duration = Duration::from_secs(5);
 /// Connections accepted per turn of the loop before it serves those it holds: a burst
 /// of clients is taken in slices, so the first are answered (and their slots freed)
 /// while later ones still queue in the kernel, instead of all waiting for the last.
@@ -322,8 +347,8 @@ fn evaluator(
             };
             let answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
             // Reused only when it came from the live copy, the one file the watch sees;
-            // the persistent copy (read when the live one is missing or corrupt) is
-            // read again each time.
+            // the persistent copy (read when the live one is missing) and a copy that
+            // cannot be read are read again each time.
             if fresh.from.as_deref() == Some(live_copy.as_path()) && fresh.notes.is_empty() {
                 parsed = Some((generation, fresh));
             }
@@ -464,6 +489,8 @@ impl Conn {
 /// The loop's state.
 struct Server {
     access: Access,
+    /// Admissions decided lately, by (uid, gid), with when.
+    admitted: std::collections::HashMap<(u32, u32), (bool, Instant)>,
     evaluations: Arc<Evaluations>,
     watch: Arc<Watch>,
     conns: Vec<Conn>,
@@ -513,6 +540,7 @@ pub fn serve(
     let now = Instant::now();
     let mut server = Server {
         access: Access::new(&options.group),
+        admitted: std::collections::HashMap::new(),
         evaluations,
         generation: watch.current().0,
         watch,
@@ -656,7 +684,7 @@ impl Server {
             None => return,
             Some(outcome) => outcome,
         };
-        let next = outcome.and_then(|line| self.check(&self.conns[i].stream, &line, now));
+        let next = outcome.and_then(|line| self.check(&line, now));
         let conn = &mut self.conns[i];
         match next {
             Ok(stage) => conn.stage = stage,
@@ -664,8 +692,19 @@ impl Server {
         }
     }
 
-    /// Who asks and what: the stage a complete request line leads to.
-    fn check(&self, stream: &UnixStream, line: &[u8], now: Instant) -> Result<Stage, ErrorBody> {
+    /// What is asked: the stage a complete request line leads to (who asks was decided
+    /// at accept).
+    fn check(&self, line: &[u8], now: Instant) -> Result<Stage, ErrorBody> {
+        let request = parse_request(line)?;
+        let until = request
+            .wait
+            .then(|| now + Duration::from_millis(request.timeout_ms).min(MAX_WAIT));
+        Ok(Stage::Asking { ticket: 0, until })
+    }
+
+    /// Whether the peer of `stream` may ask, and whether it is root; `Err` with the
+    /// refusal otherwise.
+    fn admit(&mut self, stream: &UnixStream, now: Instant) -> Result<bool, ErrorBody> {
         let creds = getsockopt(stream, PeerCredentials).map_err(|e| {
             ErrorBody::new(
                 "internal-error",
@@ -673,14 +712,26 @@ impl Server {
             )
         })?;
         let (uid, gid) = (Uid::from_raw(creds.uid()), Gid::from_raw(creds.gid()));
-        if !self.access.allows(uid, gid) {
-            return Err(self.access.refusal(uid));
+        if uid.is_root() {
+            return Ok(true);
         }
-        let request = parse_request(line)?;
-        let until = request
-            .wait
-            .then(|| now + Duration::from_millis(request.timeout_ms).min(MAX_WAIT));
-        Ok(Stage::Asking { ticket: 0, until })
+        let key = (creds.uid(), creds.gid());
+        let allowed = match self.admitted.get(&key) {
+            Some(&(allowed, at)) if now < at + ACCESS_TTL => allowed,
+            _ => {
+                if self.admitted.len() >= 1024 {
+                    self.admitted.clear();
+                }
+                let allowed = self.access.allows(uid, gid);
+                self.admitted.insert(key, (allowed, now));
+                allowed
+            }
+        };
+        if allowed {
+            Ok(false)
+        } else {
+            Err(self.access.refusal(uid))
+        }
     }
 
     /// Hands the newest evaluation to every connection it serves.
@@ -744,7 +795,8 @@ impl Server {
         }
     }
 
-    /// Accepts up to [`ACCEPT_BATCH`] connections, reading at once what each has sent.
+    /// Accepts up to [`ACCEPT_BATCH`] connections: each peer's credentials are looked at
+    /// first (a refused one never holds a slot), then what each has sent is read at once.
     fn accept(&mut self, listener: &UnixListener, now: Instant) {
         for _ in 0..ACCEPT_BATCH {
             if self.holds_back() {
@@ -760,9 +812,16 @@ impl Server {
                     return;
                 }
             };
+            let root = match self.admit(&stream, now) {
+                Ok(root) => root,
+                Err(refusal) => {
+                    refuse(stream, &refusal);
+                    continue;
+                }
+            };
             self.last_activity = now;
-            if self.is_full() {
-                refuse_busy(stream);
+            if self.is_full(root) {
+                refuse_busy(stream, root);
                 continue;
             }
             if stream.set_nonblocking(true).is_err() {
@@ -779,17 +838,23 @@ impl Server {
         }
     }
 
-    /// Whether no connection can be taken now.
-    fn is_full(&self) -> bool {
-        self.conns.len() >= MAX_CLIENTS
+    /// Whether a new connection of root (`root`), or of the group, can be taken now.
+    fn is_full(&self, root: bool) -> bool {
+        let limit = if root {
+            MAX_CLIENTS
+        } else {
+            MAX_CLIENTS - ROOT_RESERVE
+        };
+        self.conns.len() >= limit
     }
 
-    /// Whether new connections should stay queued in the kernel for now: every slot is
-    /// taken but some are only waiting for the evaluation under way, which frees them in
-    /// a moment. `busy` is for slots held by slow or waiting clients, not for a burst
-    /// that outruns one evaluation (the listen backlog, 4096 by default, holds those).
+    /// Whether new connections should stay queued in the kernel for now: the group's
+    /// slots are taken but some are only waiting for the evaluation under way, which frees
+    /// them in a moment. `busy` is for slots held by slow or waiting clients, not for a
+    /// burst that outruns one evaluation (the listen backlog, 4096 by default, holds
+    /// those).
     fn holds_back(&self) -> bool {
-        self.is_full()
+        self.is_full(false)
             && self
                 .conns
                 .iter()
@@ -833,14 +898,23 @@ fn write_more(conn: &mut Conn) {
     conn.stage = Stage::Closed;
 }
 
-fn refuse_busy(stream: UnixStream) {
-    let reply = Reply::Error(ErrorBody::new(
-        "busy",
-        format!("{MAX_CLIENTS} queries are being answered; try again"),
-    ));
-    // Never block the loop: one try, into the socket's buffer.
+/// Answers `error` and closes, without reading the request: one non-blocking write into
+/// the socket's buffer, so the loop never waits for a client it turns away.
+fn refuse(stream: UnixStream, error: &ErrorBody) {
     let _ = stream.set_nonblocking(true);
-    let _ = (&stream).write(&reply.to_line());
+    let _ = (&stream).write(&Reply::Error(error.clone()).to_line());
+}
+
+fn refuse_busy(stream: UnixStream, root: bool) {
+    let message = if root {
+        format!("{MAX_CLIENTS} queries are being answered; try again")
+    } else {
+        format!(
+            "{} queries are being answered ({ROOT_RESERVE} more slots are kept for root); try again",
+            MAX_CLIENTS - ROOT_RESERVE
+        )
+    };
+    refuse(stream, &ErrorBody::new("busy", message));
 }
 
 /// Reads what the client sent so far into `buf` (through `scratch`, at least
@@ -929,7 +1003,7 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
             if args.config.exists() {
                 eprintln!(
                     "etcd-setup serve-status: {}; only root and group {} may query",
-                    f.headline(),
+                    crate::printable::line(&f.headline()),
                     config::DEFAULT_STATUS_GROUP
                 );
             }
@@ -1054,6 +1128,15 @@ mod tests {
         assert_eq!(e.code, "bad-request", "closed before a request");
     }
 
+    /// No etcd to look at (a state that never asks for it answers the same).
+    struct NoEtcd;
+
+    impl LiveView for NoEtcd {
+        fn etcd(&self) -> Result<super::super::EtcdLive, String> {
+            Err("no etcd in this test".into())
+        }
+    }
+
     /// A server on a socket in `dir` with no state (answers `not-started`), in a thread.
     /// `before` runs between binding and serving.
     fn serve_in(dir: &Path, before: impl FnOnce(&Path)) {
@@ -1069,7 +1152,7 @@ mod tests {
                 .map_or_else(|| "root".into(), |g| g.name),
             idle_exit: None,
         };
-        let live = Arc::new(super::super::FileLive(dir.join("none.json")));
+        let live = Arc::new(NoEtcd);
         std::thread::spawn(move || serve(listener, options, live));
     }
 

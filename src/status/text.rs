@@ -1,11 +1,18 @@
-//! The answer as text: one line, or labelled lines with `--long`.
+//! The answer as text: one line, or labelled lines with `--long`. Every line is
+//! [`printable::line`]: a label, a reason or a progress line from the state file cannot
+//! add a line or an escape sequence.
 
 use super::protocol::{Answer, Verdict};
+use crate::printable;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The one-line summary, e.g. `running: member etcd-1, etcd 3.5.16 active, healthy (0
 /// restarts)`. The version is the running etcd's, else the installed one.
 pub fn text_line(a: &Answer) -> String {
+    printable::line(&raw_line(a))
+}
+
+fn raw_line(a: &Answer) -> String {
     match a.verdict {
         Verdict::Running => {
             let (state, health, restarts) = a.etcd.as_ref().map_or_else(
@@ -32,11 +39,14 @@ pub fn text_line(a: &Answer) -> String {
             Some(r) => format!("failed: {}: {}", r.code, r.message),
             None => "failed: (no reason recorded)".into(),
         },
-        Verdict::InProgress | Verdict::NotStarted => format!(
-            "{}: {}",
-            a.phase,
-            a.progress.as_deref().unwrap_or(a.phase.as_str())
-        ),
+        Verdict::Unreadable => match &a.reason {
+            Some(r) => format!("unreadable: {}: {}", r.code, r.message),
+            None => "unreadable: (no reason given)".into(),
+        },
+        Verdict::InProgress | Verdict::NotStarted | Verdict::Left => {
+            let phase = a.phase.map_or("unknown", |p| p.as_str());
+            format!("{phase}: {}", a.progress.as_deref().unwrap_or(phase))
+        }
     }
 }
 
@@ -57,11 +67,31 @@ fn versions_text(a: &Answer) -> String {
 
 /// `--long`: labelled lines.
 pub fn text_long(a: &Answer) -> String {
-    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    raw_long(a)
+        .lines()
+        .map(|l| format!("{}\n", printable::line(l)))
+        .collect()
+}
+
+/// The labelled lines, each ending in a newline; values may hold anything the state held.
+/// Each value is escaped on its own before the lines are joined, so a newline in a value
+/// is shown as `\n` on its line rather than starting a new one.
+fn raw_long(a: &Answer) -> String {
+    let or_dash = |v: &Option<String>| printable::line(v.as_deref().unwrap_or("-"));
     let mut out = format!("verdict:  {}\n", a.verdict.as_str());
-    out.push_str(&format!("phase:    {}\n", a.phase));
+    out.push_str(&format!(
+        "phase:    {}\n",
+        a.phase.map_or("- (unknown)", |p| p.as_str())
+    ));
     if let Some(r) = &a.reason {
-        out.push_str(&format!("reason:   {}: {}\n", r.code, r.message));
+        out.push_str(&format!(
+            "reason:   {}: {}\n",
+            r.code,
+            printable::line(&r.message)
+        ));
+    }
+    for note in &a.notes {
+        out.push_str(&format!("note:     {}\n", printable::line(note)));
     }
     out.push_str(&format!("progress: {}\n", or_dash(&a.progress)));
     out.push_str(&format!(
@@ -70,18 +100,21 @@ pub fn text_long(a: &Answer) -> String {
         or_dash(&a.label)
     ));
     out.push_str(&format!("member:   {}\n", or_dash(&a.member_name)));
-    out.push_str(&format!("etcd:     {}\n", versions_text(a)));
+    out.push_str(&format!(
+        "etcd:     {}\n",
+        printable::line(&versions_text(a))
+    ));
     match &a.etcd {
         Some(e) => out.push_str(&format!(
             "unit:     etcd.service {}/{}, {} restart(s){}, active since {}; {}\n",
-            e.active_state,
-            e.sub_state,
+            printable::line(&e.active_state),
+            printable::line(&e.sub_state),
             e.n_restarts,
             e.restarts_since_confirmed
                 .map(|n| format!(" ({n} since etcd-setup confirmed it)"))
                 .unwrap_or_default(),
             micros_text(e.active_enter_timestamp_us),
-            e.health
+            printable::line(&e.health)
         )),
         None => out.push_str("unit:     -\n"),
     }
@@ -93,7 +126,7 @@ pub fn text_long(a: &Answer) -> String {
     let phases: Vec<String> = a
         .phases
         .iter()
-        .map(|p| format!("{} {}", p.phase, p.at))
+        .map(|p| format!("{} {}", p.phase, printable::line(&p.at)))
         .collect();
     out.push_str(&format!(
         "phases:   {}\n",

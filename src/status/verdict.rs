@@ -26,6 +26,8 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// Builds the answer from the loaded state and the live view.
 ///
+/// - A state file that exists but cannot be read ([`Loaded::unreadable`]): verdict
+///   `unreadable`, reason `state-unreadable` naming the file; no phase is made up.
 /// - No state, or phase `not-started`: verdict `not-started`.
 /// - A phase before `running` whose run process is gone (or whose state comes from the
 ///   persistent copy, i.e. from an earlier boot): `failed`, reason `interrupted`.
@@ -57,10 +59,41 @@ pub fn evaluate_at(
     alive: &dyn Fn(u32) -> bool,
     now: SystemTime,
 ) -> Answer {
+    if let (None, Some(bad)) = (&loaded.state, &loaded.unreadable) {
+        return Answer {
+            schema_version: SCHEMA_VERSION,
+            phase: None,
+            progress: None,
+            reason: Some(Reason {
+                code: ReasonCode::StateUnreadable,
+                message: format!(
+                    "the state file {} {}; what the run did is unknown: move it aside and run `systemctl start etcd-setup` again",
+                    bad.file.display(),
+                    bad.why
+                ),
+            }),
+            device: None,
+            label: None,
+            sha256: None,
+            etcd_version: None,
+            member_name: None,
+            phases: Vec::new(),
+            run: RunView {
+                pid: None,
+                alive: false,
+            },
+            etcd: None,
+            verdict: Verdict::Unreadable,
+            exit_code: exit::UNREADABLE,
+            updated_at: None,
+            state_file: Some(bad.file.display().to_string()),
+            notes: loaded.notes.clone(),
+        };
+    }
     let Some(state) = &loaded.state else {
         return Answer {
             schema_version: SCHEMA_VERSION,
-            phase: Phase::NotStarted,
+            phase: Some(Phase::NotStarted),
             progress: Some("etcd-setup run has not started on this node".into()),
             reason: None,
             device: None,
@@ -78,6 +111,7 @@ pub fn evaluate_at(
             exit_code: exit::NOT_STARTED,
             updated_at: None,
             state_file: None,
+            notes: loaded.notes.clone(),
         };
     };
     let this_boot = loaded.from.as_deref() == Some(live_copy);
@@ -85,7 +119,7 @@ pub fn evaluate_at(
     let mut reason = state.reason.clone();
     let wants_etcd = matches!(
         state.phase,
-        Phase::Starting | Phase::Running | Phase::Failed
+        Phase::Starting | Phase::Running | Phase::Failed | Phase::Left
     );
     let etcd = wants_etcd.then(|| live.etcd());
     let etcd_view = match &etcd {
@@ -106,6 +140,7 @@ pub fn evaluate_at(
     let verdict = match state.phase {
         Phase::NotStarted => Verdict::NotStarted,
         Phase::Failed => Verdict::Failed,
+        Phase::Left => Verdict::Left,
         Phase::Running => match &etcd {
             Some(Ok(e)) => match etcd_trouble(e, state, now) {
                 None => Verdict::Running,
@@ -148,7 +183,7 @@ pub fn evaluate_at(
     };
     Answer {
         schema_version: SCHEMA_VERSION,
-        phase: state.phase,
+        phase: Some(state.phase),
         progress: state.progress.clone(),
         reason: reason.filter(|_| verdict == Verdict::Failed),
         device: state.device.clone(),
@@ -166,6 +201,7 @@ pub fn evaluate_at(
         exit_code: verdict.exit_code(),
         updated_at: Some(state.updated_at.clone()),
         state_file: loaded.from.as_ref().map(|p| p.display().to_string()),
+        notes: loaded.notes.clone(),
     }
 }
 

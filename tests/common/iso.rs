@@ -55,33 +55,56 @@ pub fn build_iso(
     name: &str,
 ) -> PathBuf {
     let tree = work.join(format!("{name}-tree"));
+    write_tree(&tree, files);
+    build_iso_from(tool, args, &tree, work, name)
+}
+
+/// Writes `files` (relative path, content) under `tree`.
+pub fn write_tree(tree: &Path, files: &[(&str, &[u8])]) {
     for (path, content) in files {
         let path = tree.join(path);
         fs::create_dir_all(path.parent().expect("test paths have a parent")).expect("mkdir");
         fs::write(&path, content).expect("write tree file");
     }
-    fs::create_dir_all(&tree).expect("mkdir tree");
+    fs::create_dir_all(tree).expect("mkdir tree");
+}
+
+/// Builds `work/<name>.iso` from the folder `tree` (which may hold symlinks or files made
+/// by `mkzftree`) with `tool` and `args`.
+pub fn build_iso_from(tool: Tool, args: &[&str], tree: &Path, work: &Path, name: &str) -> PathBuf {
     let out = work.join(format!("{name}.iso"));
     let mut cmd = Command::new(tool.program());
     if tool == Tool::Xorriso {
         cmd.args(["-as", "mkisofs"]);
     }
-    cmd.arg("-quiet").args(args).arg("-o").arg(&out).arg(&tree);
+    cmd.arg("-quiet").args(args).arg("-o").arg(&out).arg(tree);
+    run(cmd, tool.program());
+    out
+}
+
+/// Runs `cmd`, failing the test with its stderr when it fails or is not installed.
+pub fn run(mut cmd: Command, program: &str) {
     let output = match cmd.output() {
         Ok(output) => output,
         Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-            "{} is not installed; the ISO tests need xorriso and genisoimage: run vm-images/host-setup",
-            tool.program()
+            "{program} is not installed; the ISO tests need xorriso, genisoimage and mkzftree: run vm-images/host-setup"
         ),
-        Err(e) => panic!("running {}: {e}", tool.program()),
+        Err(e) => panic!("running {program}: {e}"),
     };
     assert!(
         output.status.success(),
-        "{} {args:?} failed: {}",
-        tool.program(),
+        "{program} {:?} failed: {}",
+        cmd.get_args().collect::<Vec<_>>(),
         String::from_utf8_lossy(&output.stderr)
     );
-    out
+}
+
+/// Compresses every file of `tree` into `out` with `mkzftree` (zisofs, as genisoimage -z
+/// and xorriso -as mkisofs -z expect).
+pub fn mkzftree(tree: &Path, out: &Path) {
+    let mut cmd = Command::new("mkzftree");
+    cmd.arg(tree).arg(out);
+    run(cmd, "mkzftree");
 }
 
 /// Little-endian u32 at `off`.
@@ -144,6 +167,29 @@ pub fn pvd_root(img: &[u8]) -> RawRecord {
     raw_record(img, PVD_ROOT_RECORD)
 }
 
+/// The root directory record of the Joliet volume (a supplementary descriptor with a
+/// `%/` escape sequence).
+pub fn joliet_root(img: &[u8]) -> RawRecord {
+    let mut sector = 17;
+    loop {
+        let vd = &img[sector * SECTOR..(sector + 1) * SECTOR];
+        assert_eq!(
+            &vd[1..6],
+            b"CD001",
+            "no Joliet descriptor before sector {sector}"
+        );
+        if vd[0] == 2 && &vd[88..90] == b"%/" {
+            return raw_record(img, sector * SECTOR + 156);
+        }
+        sector += 1;
+    }
+}
+
+/// A name as Joliet records it (UCS-2 big-endian), for [`child_raw`].
+pub fn ucs2(name: &str) -> Vec<u8> {
+    name.encode_utf16().flat_map(u16::to_be_bytes).collect()
+}
+
 /// All records of the directory described by `dir` ("." and ".." included).
 pub fn records(img: &[u8], dir: &RawRecord) -> Vec<RawRecord> {
     let start = dir.lba as usize * SECTOR;
@@ -161,12 +207,18 @@ pub fn records(img: &[u8], dir: &RawRecord) -> Vec<RawRecord> {
 
 /// The record in `dir` whose ISO 9660 identifier starts with `prefix`.
 pub fn child(img: &[u8], dir: &RawRecord, prefix: &str) -> RawRecord {
+    child_raw(img, dir, prefix.as_bytes())
+}
+
+/// The record in `dir` whose raw identifier starts with `prefix` (e.g. [`ucs2`] bytes).
+pub fn child_raw(img: &[u8], dir: &RawRecord, prefix: &[u8]) -> RawRecord {
     records(img, dir)
         .into_iter()
-        .find(|r| r.id.starts_with(prefix.as_bytes()))
+        .find(|r| r.id.starts_with(prefix))
         .unwrap_or_else(|| {
             panic!(
-                "no record starting with {prefix} in directory at {}",
+                "no record starting with {:?} in directory at {}",
+                String::from_utf8_lossy(prefix),
                 dir.lba
             )
         })

@@ -67,6 +67,11 @@ impl Hub {
         ]
     }
 
+    /// Removes port `i`'s socket, left by a VM that is gone, so a new VM can take the port.
+    pub fn free_port(&self, i: usize) {
+        let _ = std::fs::remove_file(port_path(&self.dir, i));
+    }
+
     /// Frames repeated so far.
     pub fn frames(&self) -> u64 {
         self.frames.load(Ordering::Relaxed)

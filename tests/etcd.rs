@@ -1,0 +1,332 @@
+//! The etcd client (`etcd_setup::etcd`) against real etcd releases on loopback: every
+//! operation the day-2 work needs, on 3.4.23 (Debian bookworm) and 3.5.16 (Debian trixie),
+//! the membership round trip on 3.5.30 (Debian unstable) too.
+mod support;
+
+use etcd_setup::etcd::{AlarmKind, Client, ErrorKind, Id};
+use std::time::{Duration, Instant};
+use support::etcd::Cluster;
+
+/// Promotes `id` through `client`, retrying while etcd says the learner is not in sync.
+fn promote(client: &Client, id: Id) {
+    let t = Instant::now();
+    loop {
+        match client.member_promote(id) {
+            Ok(()) => return,
+            Err(e)
+                if e.kind == ErrorKind::LearnerNotInSync
+                    && t.elapsed() < Duration::from_secs(30) =>
+            {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// member list, add --learner, the learner's start with the returned initial cluster,
+/// promote, endpoint status and health, move-leader, remove.
+fn membership_round_trip(version: &str) {
+    let mut c = Cluster::start(version, 1, "tok-membership");
+    let client = c.client();
+    let list = client.member_list().unwrap();
+    assert_eq!(list.members.len(), 1);
+    assert_eq!(
+        list.header.cluster_id,
+        etcd_setup::etcd::cluster_id(&c.initial_cluster(), &c.token)
+    );
+    let first = list.members[0].id;
+
+    let slot = c.add_slot("m2");
+    let added = client
+        .member_add_learner("m2", &[c.peer_url(slot)])
+        .unwrap();
+    assert!(added.member.is_learner);
+    let initial = added.list().initial_cluster_for(added.member.id, "m2");
+    // In etcd's order (by ID), which etcdctl keeps too.
+    let mut parts: Vec<String> = initial.split(',').map(String::from).collect();
+    parts.sort();
+    assert_eq!(
+        parts,
+        [
+            format!("m1={}", c.peer_url(0)),
+            format!("m2={}", c.peer_url(slot))
+        ]
+    );
+    let listed = client.member_list().unwrap();
+    let learner = listed.get(added.member.id).unwrap();
+    assert!(learner.is_learner && !learner.is_started());
+
+    c.launch(slot, &initial, "existing");
+    c.await_ready(slot);
+    // A learner is asked for its status directly; etcd 3.5 says it is one.
+    let status = client
+        .with_endpoints(vec![c.client_url(slot)])
+        .endpoint_status()
+        .unwrap();
+    assert_eq!(status[0].member_id, added.member.id);
+    if version.starts_with("3.5") {
+        assert!(status[0].is_learner, "{status:?}");
+    }
+    promote(&client, added.member.id);
+    let listed = client.member_list().unwrap();
+    assert_eq!(listed.voters().count(), 2);
+    assert!(listed.members.iter().all(|m| m.is_started()));
+
+    let both = client.with_endpoints(c.client_urls());
+    let status = both.endpoint_status().unwrap();
+    assert_eq!(status.len(), 2);
+    let leader = status[0].leader;
+    assert_ne!(leader, Id(0));
+    assert!(status
+        .iter()
+        .all(|s| s.leader == leader && s.version == version));
+    assert!(status.iter().all(|s| s.raft_index > 0 && s.db_size > 0));
+    let other = if leader == first {
+        added.member.id
+    } else {
+        first
+    };
+    both.move_leader(other).unwrap();
+    let status = both.endpoint_status().unwrap();
+    assert!(status.iter().all(|s| s.leader == other), "{status:?}");
+
+    let health = both.endpoint_health().unwrap();
+    assert_eq!(health.len(), 2);
+    assert!(health.iter().all(|h| h.healthy), "{health:?}");
+
+    // Remove the first member through the second one.
+    let second = client.with_endpoints(vec![c.client_url(slot)]);
+    // etcd refuses to remove a voter until the leader has been connected to a quorum
+    // for 5 s ("unhealthy cluster"), which a leader just moved has not.
+    let t = Instant::now();
+    loop {
+        match second.member_remove(first) {
+            Ok(()) => break,
+            Err(e)
+                if e.kind == ErrorKind::UnhealthyCluster
+                    && t.elapsed() < Duration::from_secs(15) =>
+            {
+                std::thread::sleep(Duration::from_millis(250))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    println!(
+        "etcd {version}: removal of a voter accepted {:?} after the leader moved",
+        t.elapsed()
+    );
+    assert!(
+        c.members[0].await_exit(Duration::from_secs(30)),
+        "removed member kept running"
+    );
+    assert!(
+        c.members[0]
+            .log()
+            .iter()
+            .any(|l| etcd_setup::etcd::says_member_removed(l)),
+        "no removal line in etcd {version}'s log"
+    );
+    assert_eq!(second.member_list().unwrap().members.len(), 1);
+    let e = second.member_remove(first).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::MemberNotFound, "{e}");
+    assert!(e.to_string().contains(&c.client_url(slot)), "{e}");
+}
+
+/// put/get, endpoint status sizes, compaction --physical, defrag of one member, snapshot
+/// save, alarm list and disarm around a real NOSPACE.
+fn maintenance(version: &str) {
+    let c = Cluster::start_with(version, 1, "tok-maint", &["--quota-backend-bytes=2097152"]);
+    let client = c.client();
+    client.put("/k/a", "value a").unwrap();
+    assert_eq!(
+        client.get("/k/a").unwrap().as_deref(),
+        Some(&b"value a"[..])
+    );
+    assert_eq!(client.get("/k/missing").unwrap(), None);
+    assert!(client.alarm_list().unwrap().is_empty());
+
+    // Fill the 2 MiB quota until etcd raises NOSPACE.
+    let big = "x".repeat(100_000);
+    let mut i = 0;
+    let e = loop {
+        match client.put(&format!("/fill/{i}"), &big) {
+            Ok(()) => i += 1,
+            Err(e) => break e,
+        }
+        assert!(i < 200, "no NOSPACE after {i} puts");
+    };
+    assert_eq!(e.kind, ErrorKind::NoSpace, "{e}");
+    let alarms = client.alarm_list().unwrap();
+    assert_eq!(alarms.len(), 1);
+    assert_eq!(alarms[0].kind, AlarmKind::NoSpace);
+    let status = client.endpoint_status().unwrap();
+    let before = status[0].db_size;
+    assert!(
+        status[0].errors.iter().any(|e| e.contains("NOSPACE")),
+        "{status:?}"
+    );
+    let revision = status[0].revision;
+
+    // The recovery etcd's maintenance guide gives: delete, compact, defragment, disarm.
+    for k in 0..i {
+        // Deletes are allowed under NOSPACE; our client has no delete, etcdctl does.
+        let out = std::process::Command::new(c.etcdctl())
+            .args([
+                &format!("--endpoints={}", c.client_url(0)),
+                "del",
+                &format!("/fill/{k}"),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    client
+        .compact(revision + i as i64, true, Duration::from_secs(30))
+        .unwrap();
+    client
+        .defrag(&c.client_url(0), Duration::from_secs(30))
+        .unwrap();
+    let status = client.endpoint_status().unwrap();
+    assert!(
+        status[0].db_size < before,
+        "defrag did not shrink {before} -> {}",
+        status[0].db_size
+    );
+    assert!(status[0].db_size_in_use.is_some());
+    let disarmed = client.alarm_disarm().unwrap();
+    assert_eq!(disarmed.len(), 1, "{disarmed:?}");
+    assert!(client.alarm_list().unwrap().is_empty());
+    client.put("/k/after", "writes work again").unwrap();
+
+    let snap = c.dir().join("snap.db");
+    client
+        .snapshot_save(&c.client_url(0), &snap, Duration::from_secs(30))
+        .unwrap();
+    let size = std::fs::metadata(&snap).unwrap().len();
+    assert!(size > 0);
+    assert!(!c.dir().join("snap.db.part").exists());
+}
+
+/// The cluster-wide lock: exclusive, released on drop, and after its holder is killed
+/// outright, released by etcd once the session's TTL ran out.
+fn lock(version: &str) {
+    let c = Cluster::start(version, 1, "tok-lock");
+    let client = c.client();
+    let held = client
+        .lock(
+            "/etcd-setup/lock/test",
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert!(
+        held.key().starts_with("/etcd-setup/lock/test/"),
+        "{}",
+        held.key()
+    );
+    let e = client
+        .lock(
+            "/etcd-setup/lock/test",
+            Duration::from_secs(2),
+            Duration::from_millis(800),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    assert!(e.to_string().contains(&c.client_url(0)), "{e}");
+    drop(held);
+    // Released by the drop: the next holder gets it at once, well inside the TTL.
+    let (second, took) = support::etcd::timed(|| {
+        client
+            .lock(
+                "/etcd-setup/lock/test",
+                Duration::from_secs(3),
+                Duration::from_secs(10),
+            )
+            .unwrap()
+    });
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+
+    // The holder dies by SIGKILL: nobody deletes the key, the lease expires after 3 s.
+    let pid = second.holder_pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let (third, took) = support::etcd::timed(|| {
+        client
+            .lock(
+                "/etcd-setup/lock/test",
+                Duration::from_secs(2),
+                Duration::from_secs(20),
+            )
+            .unwrap()
+    });
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(15),
+        "took {took:?}"
+    );
+    println!("etcd {version}: lock of a SIGKILLed holder (TTL 3 s) came back after {took:?}");
+    third.release();
+    drop(second);
+}
+
+#[test]
+fn membership_round_trip_on_3_4_23() {
+    membership_round_trip("3.4.23");
+}
+
+#[test]
+fn membership_round_trip_on_3_5_16() {
+    membership_round_trip("3.5.16");
+}
+
+#[test]
+fn membership_round_trip_on_3_5_30() {
+    membership_round_trip("3.5.30");
+}
+
+#[test]
+fn maintenance_and_nospace_recovery_on_3_4_23() {
+    maintenance("3.4.23");
+}
+
+#[test]
+fn maintenance_and_nospace_recovery_on_3_5_16() {
+    maintenance("3.5.16");
+}
+
+#[test]
+fn cluster_lock_on_3_4_23() {
+    lock("3.4.23");
+}
+
+#[test]
+fn cluster_lock_on_3_5_16() {
+    lock("3.5.16");
+}
+
+#[test]
+fn an_unreachable_endpoint_fails_within_the_bound_naming_its_url() {
+    let dir = support::etcd::release("3.5.16");
+    // A port nobody listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut client = Client::new(dir.join("etcdctl"), vec![url.clone()], None);
+    client.dial_timeout = Duration::from_millis(500);
+    client.command_timeout = Duration::from_secs(1);
+    let (r, took) = support::etcd::timed(|| client.member_list());
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+    assert!(e.to_string().contains(&url), "{e}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
