@@ -40,8 +40,8 @@ impl Machine {
         Machine::S390x,
     ];
 
-    /// The machine this program was built for. The image ships x86-64 only, so any other
-    /// host (a developer's laptop, say) is treated as x86-64 too.
+    /// The machine this program was built for (x86-64 or AArch64 for the node images); any
+    /// other host is treated as x86-64.
     pub const fn host() -> Machine {
         if cfg!(target_arch = "aarch64") {
             Machine::Aarch64
@@ -192,6 +192,48 @@ pub fn check(header: &[u8], expected: Machine) -> Result<(), ElfError> {
     Ok(())
 }
 
+/// Whether a whole 64-bit ELF file is statically linked: no program header asks for a
+/// program interpreter (`PT_INTERP`, the dynamic loader). A static PIE counts as static.
+pub fn is_static(file: &[u8]) -> Result<bool, ElfError> {
+    const PT_INTERP: u32 = 3;
+    if file.len() < 64 {
+        return Err(ElfError::TooShort(file.len()));
+    }
+    if file[..4] != *b"\x7fELF" {
+        return Err(ElfError::NotElf);
+    }
+    if file[EI_CLASS] != ELFCLASS64 {
+        return Err(ElfError::Malformed);
+    }
+    let big = match file[EI_DATA] {
+        ELFDATA2LSB => false,
+        ELFDATA2MSB => true,
+        _ => return Err(ElfError::Malformed),
+    };
+    let read = |at: usize, len: usize| -> Result<u64, ElfError> {
+        let bytes = file.get(at..at + len).ok_or(ElfError::Malformed)?;
+        Ok(bytes.iter().enumerate().fold(0u64, |acc, (i, b)| {
+            let shift = if big { (len - 1 - i) * 8 } else { i * 8 };
+            acc | u64::from(*b) << shift
+        }))
+    };
+    let phoff = usize::try_from(read(32, 8)?).map_err(|_| ElfError::Malformed)?;
+    let phentsize = read(54, 2)? as usize;
+    let phnum = read(56, 2)? as usize;
+    if phentsize < 4 {
+        return Err(ElfError::Malformed);
+    }
+    for i in 0..phnum {
+        let at = phoff
+            .checked_add(i * phentsize)
+            .ok_or(ElfError::Malformed)?;
+        if read(at, 4)? == u64::from(PT_INTERP) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// A readable name for an `e_machine` value.
 fn machine_name(e_machine: u16) -> &'static str {
     match e_machine {
@@ -255,6 +297,17 @@ mod tests {
     }
 
     #[test]
+    fn an_x86_64_executable_is_the_wrong_architecture_on_aarch64() {
+        let err = check(&header(2, 1, ET_EXEC, 62), Machine::Aarch64).unwrap_err();
+        assert!(err.is_wrong_architecture(), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "is an executable for x86-64, 64-bit, little-endian; \
+             this machine runs aarch64, 64-bit, little-endian"
+        );
+    }
+
+    #[test]
     fn rejects_non_executables_and_non_elf_files() {
         let cases = [
             (b"#!/bin/sh\necho etcd\n".to_vec(), ElfError::NotElf),
@@ -267,6 +320,26 @@ mod tests {
             assert!(!err.is_wrong_architecture());
             assert_eq!(err, want);
         }
+    }
+
+    #[test]
+    fn a_program_interpreter_makes_a_file_dynamic() {
+        // One program header (56 bytes) at offset 64, of type `ty`.
+        let file = |ty: u32| {
+            let mut f = header(2, 1, ET_DYN, 62);
+            f[32..40].copy_from_slice(&64u64.to_le_bytes());
+            f[54..56].copy_from_slice(&56u16.to_le_bytes());
+            f[56..58].copy_from_slice(&1u16.to_le_bytes());
+            f.extend_from_slice(&ty.to_le_bytes());
+            f.resize(64 + 56, 0);
+            f
+        };
+        assert_eq!(is_static(&file(1)), Ok(true));
+        assert_eq!(is_static(&file(3)), Ok(false));
+        let mut cut = file(1);
+        cut.truncate(66);
+        assert_eq!(is_static(&cut), Err(ElfError::Malformed));
+        assert_eq!(is_static(b"#!/bin/sh\n"), Err(ElfError::TooShort(10)));
     }
 
     #[test]

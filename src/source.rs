@@ -10,8 +10,12 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-/// Where the platform's Kubernetes ISO keeps the etcd release tarball.
+/// Where the platform's Kubernetes ISO keeps the etcd release tarball for this machine.
+#[cfg(not(target_arch = "aarch64"))]
 pub const DEFAULT_ARCHIVE_PATH: &str = "etcd/etcd-linux-amd64.tar.gz";
+/// Where the platform's Kubernetes ISO keeps the etcd release tarball for this machine.
+#[cfg(target_arch = "aarch64")]
+pub const DEFAULT_ARCHIVE_PATH: &str = "etcd/etcd-linux-arm64.tar.gz";
 
 /// What kind of input held the archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,4 +272,18 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_archive_path_names_this_machines_release() {
+        let goarch = crate::elf::Machine::host().goarch();
+        assert_eq!(
+            DEFAULT_ARCHIVE_PATH,
+            format!("etcd/etcd-linux-{goarch}.tar.gz")
+        );
+    }
 }

@@ -1238,6 +1238,33 @@ fn rejects_a_release_folder_for_another_architecture() {
     );
 }
 
+/// What an arm64 node says of the amd64 release the platform's ISO script ships to every
+/// node: the folder's name is refused, and so are amd64 binaries inside an arm64 folder.
+#[test]
+fn an_arm64_node_refuses_the_amd64_release_as_wrong_architecture() {
+    let arm64 = Policy {
+        machine: Machine::Aarch64,
+        ..Policy::default()
+    };
+    rejects_with(
+        &Tar::new().release().gz(),
+        &arm64,
+        ReasonCode::WrongArchitecture,
+        "is the linux-amd64 release (etcd-v3.5.1-linux-amd64/); this machine needs linux-arm64",
+    );
+    let bytes = Tar::new()
+        .exec("etcd-v3.5.1-linux-arm64/etcd", &amd64())
+        .exec("etcd-v3.5.1-linux-arm64/etcdctl", &amd64())
+        .gz();
+    let f = rejects_with(
+        &bytes,
+        &arm64,
+        ReasonCode::WrongArchitecture,
+        "x86-64, 64-bit, little-endian",
+    );
+    assert!(f.message.contains("aarch64"), "{f}");
+}
+
 // ---------------------------------------------------------------------------------------
 // Verdict precedence, digest, clean-up.
 

@@ -13,7 +13,7 @@ fn isos() -> std::path::PathBuf {
 
 /// One boot proves the bed itself: SSH as `cloud`, cloud-init done without errors, the
 /// CD-ROM empty at boot, an ISO hot-inserted over QMP seen by udev with its label, and
-/// the baked static `etcd-setup` running in the guest.
+/// the static `etcd-setup` running in the guest, installed from its Debian package.
 #[test]
 fn test_bed_boots_a_node_and_hot_inserts_the_kubernetes_iso() {
     let image = Image::from_env();
@@ -141,4 +141,48 @@ fn test_bed_boots_a_node_and_hot_inserts_the_kubernetes_iso() {
         ldd_text.contains("statically linked") || ldd_text.contains("not a dynamic executable"),
         "etcd-setup in the image is not static: {ldd_text}"
     );
+
+    // It came from the package, which dpkg installed in the image build: registered,
+    // its units enabled by the postinst, the socket listening, the man pages readable.
+    let installed = vm.ssh_ok("dpkg-query -W -f '${Status} ${Version}' etcd-setup");
+    assert_eq!(
+        installed,
+        format!("install ok installed {}", image.build_info("deb_version"))
+    );
+    assert!(
+        vm.ssh_ok("dpkg-query -S /usr/bin/etcd-setup")
+            .starts_with("etcd-setup: "),
+        "/usr/bin/etcd-setup is not the package's"
+    );
+    assert_eq!(
+        vm.ssh_ok("systemctl is-enabled etcd-setup.service etcd-setup-status.socket"),
+        "enabled\nenabled\n"
+    );
+    assert_eq!(
+        vm.ssh_ok("systemctl is-active etcd-setup-status.socket"),
+        "active\n"
+    );
+    let man = vm.ssh_ok("MANWIDTH=100 man -P cat etcd-setup 2>&1");
+    for needle in [
+        "EXIT STATUS",
+        "REASON CODES",
+        "wrong-architecture",
+        "etcd-setup-run(8)",
+    ] {
+        assert!(
+            man.contains(needle),
+            "`man etcd-setup` lacks {needle}:\n{man}"
+        );
+    }
+    let man_run = vm.ssh_ok("MANWIDTH=100 man -P cat 8 etcd-setup-run 2>&1");
+    assert!(man_run.contains("--lock-timeout"), "{man_run}");
+    let completion = vm.ssh_ok(
+        "bash -c 'source /usr/share/bash-completion/completions/etcd-setup && complete -p etcd-setup'",
+    );
+    assert!(completion.contains("etcd-setup"), "{completion}");
+    report(&format!(
+        "package {} ({} bytes) installed by dpkg in the image: units enabled, socket active, man etcd-setup works",
+        image.build_info("deb_file"),
+        image.build_info("deb_bytes")
+    ));
 }

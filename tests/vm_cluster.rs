@@ -240,15 +240,23 @@ impl Cluster {
         let image = Image::from_env();
         let hub_dir = std::env::temp_dir().join(format!("etcd-setup-{tag}-{}", std::process::id()));
         let hub = Hub::start(&hub_dir, 3);
+        // Named as CloudStack names etcd nodes: cluster, "etcd", index, hex milliseconds.
         let members: Vec<(String, String)> = (1..=3)
-            .map(|i| (format!("{tag}-etcd-{i}"), format!("10.88.0.{}", 10 + i)))
+            .map(|i| {
+                let millis = (unix_now() * 1000.0) as u64 + i;
+                (
+                    format!("{tag}-etcd-{i}-{millis:x}"),
+                    format!("10.88.0.{}", 10 + i),
+                )
+            })
             .collect();
         let initial_cluster = members
             .iter()
             .map(|(n, ip)| format!("{n}={}", peer_url(ip)))
             .collect::<Vec<_>>()
             .join(",");
-        let token = format!("{tag}-{}", std::process::id());
+        // The token packaging/cloudstack/etcd-node.yml derives from the initial cluster.
+        let token = support::inputs::cloudstack_token(&initial_cluster);
         let started = Instant::now();
         let mut vms = Vec::new();
         for (i, (name, ip)) in members.iter().enumerate() {
@@ -274,6 +282,29 @@ impl Cluster {
         report(&format!(
             "cluster {tag}: three nodes answer SSH {:.1} s after the first qemu started",
             started.elapsed().as_secs_f64()
+        ));
+        // What the template wrote: one token for the whole cluster, derived from its
+        // initial cluster (so another cluster gets another one), and the ISO wait.
+        for n in &nodes {
+            let config = n.vm.as_ref().expect("booted").ssh_ok(
+                "timeout 300 sh -c 'until [ -e /etc/etcd-setup/config.toml ]; do sleep 0.5; done'; \
+                 cat /etc/etcd-setup/config.toml",
+            );
+            for line in [
+                format!("name = \"{}\"", n.name),
+                format!("cluster_token = \"{token}\""),
+                format!("initial_cluster = \"{initial_cluster}\""),
+                "wait = \"1200s\"".to_string(),
+            ] {
+                assert!(
+                    config.contains(&line),
+                    "{}: no `{line}` in:\n{config}",
+                    n.name
+                );
+            }
+        }
+        report(&format!(
+            "cluster {tag}: every member's config.toml (from packaging/cloudstack/etcd-node.yml) has cluster_token {token}"
         ));
         for n in &mut nodes {
             n.start_polling();
@@ -379,17 +410,33 @@ fn node_spec(
          \x20   addresses: [\"{ip}/24\"]\n"
     ));
     spec.extra_args = hub.nic_args(i, &mac);
-    spec.user_data = support::inputs::cloud_config(
-        name,
-        &[
-            ("NODE_IP", ip),
-            ("INITIAL_CLUSTER", initial_cluster),
-            ("CLUSTER_TOKEN", token),
-            ("START_TIMEOUT", "15min"),
-            ("SETTLE", "5s"),
-            ("ISO_WAIT", "20min"),
-        ],
-    );
+    if token == support::inputs::cloudstack_token(initial_cluster) {
+        // The platform's template, rendered as the management server renders it:
+        // 15 s x 80 attempts = a 20 min ISO wait (and peer wait).
+        spec.user_data = support::inputs::cloudstack_config(&support::inputs::CloudStackNode {
+            name,
+            ip,
+            initial_cluster,
+            wait_time: 15,
+            attempts: 80,
+            eject: false,
+        });
+        spec.user_data_as_is = true;
+    } else {
+        // A node deliberately configured with another cluster's token, which the
+        // platform's template cannot produce for this initial cluster.
+        spec.user_data = support::inputs::cloud_config(
+            name,
+            &[
+                ("NODE_IP", ip),
+                ("INITIAL_CLUSTER", initial_cluster),
+                ("CLUSTER_TOKEN", token),
+                ("START_TIMEOUT", "15min"),
+                ("SETTLE", "5s"),
+                ("ISO_WAIT", "20min"),
+            ],
+        );
+    }
     spec
 }
 
@@ -501,11 +548,8 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
         .map(|m| m["name"].as_str().unwrap_or(""))
         .collect();
     names.sort();
-    assert_eq!(
-        names,
-        ["c1-etcd-1", "c1-etcd-2", "c1-etcd-3"],
-        "{members:?}"
-    );
+    let want: Vec<&str> = c.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, want, "{members:?}");
     for m in members {
         assert!(
             m["clientURLs"].as_array().is_some_and(|u| !u.is_empty()),
@@ -515,6 +559,27 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     let health = c.etcdctl(0, "endpoint health --cluster");
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
     report("cluster c1: etcdctl member list: 3 started; endpoint health --cluster: 3 healthy");
+
+    // The user-data the node got is the rendered template, verbatim, and cloud-init's
+    // own schema check accepts it; runcmd (which ran etcd-setup) finished without error.
+    let node = &c.nodes[0];
+    let got = node
+        .vm()
+        .ssh_ok("sudo cat /var/lib/cloud/instance/user-data.txt");
+    assert!(got.contains(&format!("name = \"{}\"", node.name)), "{got}");
+    let schema = node
+        .vm()
+        .ssh_ok("sudo cloud-init schema --config-file /var/lib/cloud/instance/user-data.txt 2>&1");
+    assert!(schema.contains("Valid cloud-config"), "{schema}");
+    let ci = node
+        .vm()
+        .ssh_timeout(Duration::from_secs(120), "cloud-init status --wait --long");
+    assert!(
+        ci.status.success(),
+        "cloud-init: {}",
+        String::from_utf8_lossy(&ci.stdout)
+    );
+    report("cluster c1: packaging/cloudstack/etcd-node.yml as rendered: cloud-init schema valid, cloud-init done");
 
     // What the management server pays for a poll, in the guest: ours against systemctl.
     let (ours, systemctl) = status_against_is_active(&c.nodes[0]);
@@ -601,11 +666,12 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
         c.etcdctl(0, &format!("put day2/key{k} value{k}"));
     }
     let before = members(c, 0);
+    let third = c.nodes[2].name.clone();
     let old_id = before
         .iter()
-        .find(|(n, _, _)| n == "c1-etcd-3")
+        .find(|(n, _, _)| *n == third)
         .map(|(_, id, _)| id.clone())
-        .expect("c1-etcd-3 is a member");
+        .expect("node 3 is a member");
 
     // The host died: a new VM, a fresh disk, the same cloud-config.
     let token = c.token.clone();
@@ -650,9 +716,9 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
     assert!(after.iter().all(|(_, _, voter)| *voter), "{after:?}");
     let new_id = after
         .iter()
-        .find(|(n, _, _)| n == "c1-etcd-3")
+        .find(|(n, _, _)| *n == third)
         .map(|(_, id, _)| id.clone())
-        .expect("c1-etcd-3 is a member again");
+        .expect("node 3 is a member again");
     assert_ne!(new_id, old_id, "the rejoined member has a new ID");
     // The keys, read through the rejoined member alone.
     let ip = c.nodes[2].ip.clone();
@@ -664,7 +730,7 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
         ["value1", "value2", "value3"]
     );
     report(&format!(
-        "cluster c1: member list after the rejoin: {after:?} (c1-etcd-3 was {old_id}, is {new_id}); keys read through it"
+        "cluster c1: member list after the rejoin: {after:?} ({third} was {old_id}, is {new_id}); keys read through it"
     ));
 
     // Node 3 leaves: two healthy members remain; its status says left.
@@ -674,7 +740,7 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
     let left = members(c, 0);
     assert_eq!(
         left.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>(),
-        ["c1-etcd-1", "c1-etcd-2"],
+        [c.nodes[0].name.as_str(), c.nodes[1].name.as_str()],
         "{left:?}"
     );
     let health = c.etcdctl(0, "endpoint health --cluster");
@@ -692,7 +758,7 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
     assert!(state[2].starts_with("/var/lib/etcd.left-"), "{state:?}");
     assert_eq!(state.len(), 3, "{state:?}");
     report(&format!(
-        "cluster c1: leave on c1-etcd-3: {said}; status says left (exit 7); two healthy members"
+        "cluster c1: leave on {third}: {said}; status says left (exit 7); two healthy members"
     ));
 
     // One of the two left may not leave without --force: etcd calls 2 → 1 unsafe.
@@ -706,7 +772,8 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
         "active"
     );
     report(&format!(
-        "cluster c1: leave on c1-etcd-2 refused without --force: {}",
+        "cluster c1: leave on {} refused without --force: {}",
+        c.nodes[1].name,
         err.lines().next().unwrap_or_default()
     ));
 

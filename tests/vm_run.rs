@@ -551,3 +551,163 @@ fn h_a_run_killed_during_extraction_is_recovered_by_the_next_run() {
         "healthy etcd, no staging left",
     );
 }
+
+/// The etcd-setup package the image was built from, repacked by the test with a higher
+/// version: the second .deb of an upgrade.
+fn upgraded_deb(image: &Image, dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let deb = std::path::PathBuf::from(image.build_info("deb"));
+    let tree = dir.join("deb-tree");
+    let _ = std::fs::remove_dir_all(&tree);
+    let run = |cmd: &mut std::process::Command| {
+        let out = cmd.output().expect("run dpkg-deb");
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(std::process::Command::new("dpkg-deb")
+        .arg("-R")
+        .arg(&deb)
+        .arg(&tree));
+    let version = format!("{}+upgrade1", image.build_info("deb_version"));
+    let control = tree.join("DEBIAN/control");
+    let text = std::fs::read_to_string(&control).expect("DEBIAN/control");
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("Version: ") {
+                format!("Version: {version}\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&control, text).expect("write DEBIAN/control");
+    let out = dir.join(format!("etcd-setup_{version}_amd64.deb"));
+    run(std::process::Command::new("dpkg-deb")
+        .args(["--root-owner-group", "--build"])
+        .arg(&tree)
+        .arg(&out));
+    (out, version)
+}
+
+/// etcd's process as systemd sees it: (MainPID, ActiveEnterTimestamp, NRestarts).
+fn etcd_process(vm: &Vm) -> String {
+    vm.ssh_ok("systemctl show -p MainPID,ActiveEnterTimestamp,NRestarts,ActiveState etcd.service")
+}
+
+/// i: the package upgraded on a running node (a second .deb with a higher version,
+/// `dpkg -i` as an image update or an operator would) leaves etcd running untouched
+/// and the node's state as it was; then `dpkg -r` and `dpkg --purge` remove every file of
+/// the package and of etcd-setup's state, and leave etcd and its data alone.
+#[test]
+fn i_upgrading_the_package_on_a_running_node_leaves_etcd_and_its_state_alone() {
+    let image = Image::from_env();
+    let vm = boot("run-i", Some("k8s-etcd-3.5.1.iso"), &[]);
+    let (status, _) = wait_unit_exit(&vm, Duration::from_secs(400));
+    assert_eq!(
+        status,
+        0,
+        "run failed: {}",
+        vm.ssh_ok(&format!("cat {FAILED_FILE} 2>&1 || true"))
+    );
+    assert_etcd_healthy(&vm);
+    // cloud-init's runcmd runs the same job after the unit; let it finish verifying.
+    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
+    assert!(
+        ci.status.success(),
+        "cloud-init: {}",
+        String::from_utf8_lossy(&ci.stdout)
+    );
+    let (code, doc) = status_json(&vm);
+    assert_eq!(code, 0, "{doc}");
+
+    let (deb, version) = upgraded_deb(&image, &vm.dir);
+    vm.copy_in(&deb, "/tmp/upgrade.deb");
+    let state_sums = "sha256sum /var/lib/etcd-setup/state.json /run/etcd-setup/state.json";
+    let before = (etcd_process(&vm), root(&vm, state_sums));
+    let socket_before =
+        vm.ssh_ok("systemctl show -p ActiveEnterTimestamp etcd-setup-status.socket");
+    let t = Instant::now();
+    let dpkg = root(&vm, "dpkg -i /tmp/upgrade.deb 2>&1");
+    let upgrade_secs = t.elapsed().as_secs_f64();
+    assert_eq!(
+        vm.ssh_ok("dpkg-query -W -f '${Version} ${Status}' etcd-setup"),
+        format!("{version} install ok installed"),
+        "{dpkg}"
+    );
+    let after = (etcd_process(&vm), root(&vm, state_sums));
+    assert_eq!(
+        after, before,
+        "the upgrade touched etcd or the state:\n{dpkg}"
+    );
+    assert!(before.0.contains("ActiveState=active"), "{}", before.0);
+    assert_eq!(
+        vm.ssh_ok("systemctl show -p ActiveEnterTimestamp etcd-setup-status.socket"),
+        socket_before,
+        "the status socket was restarted"
+    );
+    assert_eq!(
+        vm.ssh_ok("systemctl is-enabled etcd-setup.service etcd-setup-status.socket"),
+        "enabled\nenabled\n"
+    );
+    let (code, doc) = status_json(&vm);
+    assert_eq!(
+        (code, doc["verdict"].as_str()),
+        (0, Some("running")),
+        "{doc}"
+    );
+    assert_eq!(doc["etcd"]["restarts_since_confirmed"], 0, "{doc}");
+    verdict(
+        "i: package upgraded on a running node",
+        upgrade_secs,
+        "etcd MainPID and ActiveEnterTimestamp unchanged, state files identical, status running",
+    );
+
+    // remove: no file of the package, no unit link or helper state left; etcd runs on.
+    let files = vm.ssh_ok("dpkg-query -L etcd-setup");
+    assert!(files.contains("/usr/bin/etcd-setup\n"), "{files}");
+    root(&vm, "dpkg -r etcd-setup >/dev/null 2>&1");
+    // Every file the package listed is gone, and its own folders (shared ones such as
+    // /usr/share/man/man8 stay).
+    let left = root(
+        &vm,
+        &format!(
+            "for f in {}; do if [ -d \"$f\" ]; then case $f in *etcd-setup*) echo $f;; esac; \
+             elif [ -e \"$f\" ] || [ -L \"$f\" ]; then echo $f; fi; done",
+            files.split_whitespace().collect::<Vec<_>>().join(" ")
+        ),
+    );
+    assert_eq!(left, "", "dpkg -r left files of the package");
+    let links = root(
+        &vm,
+        "find /etc/systemd/system /var/lib/systemd/deb-systemd-helper-enabled \
+         /var/lib/systemd/deb-systemd-helper-masked -name '*etcd-setup*' 2>/dev/null; \
+         ls /run/etcd-setup/status.sock 2>/dev/null || true",
+    );
+    assert_eq!(
+        links, "",
+        "dpkg -r left unit links, helper state or the socket"
+    );
+    assert_eq!(etcd_process(&vm), before.0, "dpkg -r touched etcd");
+
+    // purge: etcd-setup's state goes too; etcd's data dir, unit and binaries stay.
+    root(&vm, "dpkg --purge etcd-setup >/dev/null 2>&1");
+    assert_eq!(
+        root(&vm, "ls -d /var/lib/etcd-setup /run/etcd-setup /home/cloud/etcd-setup-failed 2>/dev/null || true"),
+        ""
+    );
+    assert_eq!(
+        root(&vm, "test -d /var/lib/etcd/member && test -x /opt/bin/etcd && test -f /etc/systemd/system/etcd.service && echo kept"),
+        "kept\n"
+    );
+    assert_eq!(etcd_process(&vm), before.0, "dpkg --purge touched etcd");
+    assert_etcd_healthy(&vm);
+    verdict(
+        "i: dpkg -r, then --purge",
+        0.0,
+        "no file of the package or its state left; etcd and its data dir untouched",
+    );
+}

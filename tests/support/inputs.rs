@@ -87,3 +87,67 @@ pub fn cloud_config(name: &str, overrides: &[(&str, &str)]) -> String {
     assert!(!text.contains("{{"), "unrendered placeholder in:\n{text}");
     text
 }
+
+/// One etcd node's values, as CloudStack's management server fills them in.
+pub struct CloudStackNode<'a> {
+    /// `{{ etcd.node_name }}`, shaped `<cluster>-etcd-<n>-<hex millis>`.
+    pub name: &'a str,
+    /// `{{ etcd.node_ip }}`.
+    pub ip: &'a str,
+    /// `{{ etcd.initial_cluster_nodes }}`: `name=http://ip:2380`, joined by commas.
+    pub initial_cluster: &'a str,
+    /// `{{ k8s.install.wait.time }}`: seconds per attempt.
+    pub wait_time: u32,
+    /// `{{ k8s.install.reattempts.count }}`.
+    pub attempts: u32,
+    /// `{{ k8s.eject.iso }}`.
+    pub eject: bool,
+}
+
+/// Renders packaging/cloudstack/etcd-node.yml exactly as the platform does: plain string
+/// replacement of its placeholders. The SSH keys are the platform's own key line first,
+/// then a user's key on a line of its own (`\n      - "key"`), here both this run's key.
+pub fn cloudstack_config(node: &CloudStackNode) -> String {
+    let template =
+        std::fs::read_to_string(super::vm::repo().join("packaging/cloudstack/etcd-node.yml"))
+            .expect("packaging/cloudstack/etcd-node.yml");
+    let key = &super::vm::ssh_key().public;
+    let keys = format!("- \"{key}\"\n      - \"{key}\"");
+    let values = [
+        ("{{ k8s.ssh.pub.key }}", keys),
+        ("{{ k8s.install.wait.time }}", node.wait_time.to_string()),
+        (
+            "{{ k8s.install.reattempts.count }}",
+            node.attempts.to_string(),
+        ),
+        ("{{ k8s.eject.iso }}", node.eject.to_string()),
+        ("{{ etcd.node_name }}", node.name.to_string()),
+        ("{{ etcd.node_ip }}", node.ip.to_string()),
+        (
+            "{{ etcd.initial_cluster_nodes }}",
+            node.initial_cluster.to_string(),
+        ),
+    ];
+    let mut text = template;
+    for (placeholder, value) in values {
+        assert!(
+            text.contains(placeholder),
+            "etcd-node.yml lacks {placeholder}"
+        );
+        text = text.replace(placeholder, &value);
+    }
+    assert!(
+        !text.contains("{{"),
+        "a placeholder the platform does not fill:\n{text}"
+    );
+    text
+}
+
+/// The cluster token packaging/cloudstack/etcd-node.yml derives from the initial cluster.
+pub fn cloudstack_token(initial_cluster: &str) -> String {
+    let hex: String = Sha256::digest(initial_cluster.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("cks-etcd-{}", &hex[..32])
+}

@@ -313,8 +313,15 @@ pub fn ssh_key() -> &'static SshKey {
 /// Builds a NoCloud seed ISO (label CIDATA) the way the management server's config
 /// drive carries it: creates the `cloud` user with this run's SSH key, plus `extra`
 /// cloud-config (YAML lines appended to user-data), and a `network-config` (cloud-init's
-/// network config version 2) when given.
-pub fn seed_iso(dir: &Path, hostname: &str, extra: &str, network: Option<&str>) -> PathBuf {
+/// network config version 2) when given. With `as_is`, `extra` is the whole user-data,
+/// exactly as the platform rendered it (it must create `cloud` with this run's key).
+pub fn seed_iso(
+    dir: &Path,
+    hostname: &str,
+    extra: &str,
+    as_is: bool,
+    network: Option<&str>,
+) -> PathBuf {
     let src = dir.join("seed");
     fs::create_dir_all(&src).expect("seed dir");
     fs::write(
@@ -325,18 +332,22 @@ pub fn seed_iso(dir: &Path, hostname: &str, extra: &str, network: Option<&str>) 
         ),
     )
     .expect("meta-data");
-    let extra = extra.strip_prefix("#cloud-config\n").unwrap_or(extra);
-    let user_data = format!(
-        "#cloud-config\n\
+    let stripped = extra.strip_prefix("#cloud-config\n").unwrap_or(extra);
+    let user_data = if as_is {
+        extra.to_string()
+    } else {
+        format!(
+            "#cloud-config\n\
          users:\n\
          \x20 - name: cloud\n\
          \x20   shell: /bin/bash\n\
          \x20   sudo: ALL=(ALL) NOPASSWD:ALL\n\
          \x20   lock_passwd: true\n\
          \x20   ssh_authorized_keys:\n\
-         \x20     - {}\n{extra}",
-        ssh_key().public
-    );
+         \x20     - {}\n{stripped}",
+            ssh_key().public
+        )
+    };
     fs::write(src.join("user-data"), user_data).expect("user-data");
     if let Some(network) = network {
         fs::write(src.join("network-config"), network).expect("network-config");
@@ -354,6 +365,9 @@ pub struct VmSpec {
     pub cdrom: Option<PathBuf>,
     /// Extra cloud-config for the seed.
     pub user_data: String,
+    /// `user_data` is the whole user-data (a platform template rendered), not lines
+    /// added to the bed's own `cloud` user.
+    pub user_data_as_is: bool,
     /// Guest memory in MiB.
     pub memory_mb: u32,
     /// Virtual CPUs.
@@ -374,6 +388,7 @@ impl VmSpec {
             name: name.to_string(),
             cdrom: None,
             user_data: String::new(),
+            user_data_as_is: false,
             memory_mb: 2048,
             cpus: 2,
             network_config: None,
@@ -431,6 +446,7 @@ impl Vm {
             &dir,
             &spec.name,
             &spec.user_data,
+            spec.user_data_as_is,
             spec.network_config.as_deref(),
         );
         let ssh_port = free_port();
@@ -575,6 +591,24 @@ impl Vm {
     /// Runs a command as `cloud` in the guest (at most 120 s).
     pub fn ssh(&self, remote: &str) -> Output {
         self.ssh_timeout(Duration::from_secs(120), remote)
+    }
+
+    /// Copies the host file `local` to `remote` in the guest (as `cloud`, over SSH).
+    pub fn copy_in(&self, local: &Path, remote: &str) {
+        let file =
+            fs::File::open(local).unwrap_or_else(|e| panic!("open {}: {e}", local.display()));
+        let out = self
+            .ssh_command(Duration::from_secs(120), &format!("cat > '{remote}'"))
+            .stdin(file)
+            .output()
+            .expect("run ssh");
+        assert!(
+            out.status.success(),
+            "{}: copying {} to {remote} failed: {}",
+            self.name,
+            local.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Runs a command that must succeed; returns its stdout.
