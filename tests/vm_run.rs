@@ -633,6 +633,10 @@ fn i_the_pinned_digest_refuses_another_tarball_and_eject_empties_the_drive() {
     );
     let (status, _) = wait_unit_exit(&vm, Duration::from_secs(120));
     assert_eq!(status, 1);
+    // cloud-init's runcmd runs `etcd-setup run` too (sharing the lock): let its run end
+    // (on the same disc) before looking, so only finished runs are seen.
+    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
+    assert!(ci.status.code().is_some(), "cloud-init status: {ci:?}");
     let line = failure_line(&vm);
     assert!(line.starts_with("digest-mismatch: "), "{line}");
     assert!(line.contains("/dev/sr0"), "names no device: {line}");
@@ -650,11 +654,6 @@ fn i_the_pinned_digest_refuses_another_tarball_and_eject_empties_the_drive() {
         "a refused disc was ejected"
     );
     verdict("i: pinned digest, another tarball on the ISO", secs, &line);
-
-    // cloud-init's runcmd runs `etcd-setup run` too (sharing the lock): let it end first,
-    // so the run below is the only one and its journal is the unit's.
-    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
-    assert!(ci.status.code().is_some(), "cloud-init status: {ci:?}");
 
     // The vetted ISO in the same drive, a new run: passes, and the disc is ejected.
     insert_iso_forced(
@@ -744,7 +743,8 @@ fn reset_node(vm: &Vm) {
 }
 
 /// The boundaries `kill -9` lands on: (what the test calls it, how the guest sees the run
-/// reach it, whether etcd may be enabled then). "phase NAME": the live state file says
+/// reach it, whether etcd may be enabled then: the enable follows the unit's writing
+/// within milliseconds, binaries and unit complete, and the reload takes a second). "phase NAME": the live state file says
 /// NAME; "step NAME": the run's journal has its `step: NAME` line; "file PATH": PATH
 /// exists (watched in a busy loop: `etcdctl` is the first binary renamed into place,
 /// `etcd` the last, and the unit is written a few milliseconds later).
@@ -753,7 +753,11 @@ const KILL_POINTS: [(&str, &str, bool); 7] = [
     ("validating", "phase validating", false),
     ("installing", "file /opt/bin/etcdctl", false),
     ("writing the unit", "file /opt/bin/etcd", false),
-    ("unit written, not enabled", "step unit-written", false),
+    (
+        "unit written, enabling and reloading",
+        "step unit-written",
+        true,
+    ),
     ("starting", "step enabled-and-reloaded", true),
     ("confirming", "step start-job-done", true),
 ];
@@ -820,6 +824,10 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
     vm.insert_cdrom(&iso);
     let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(300));
     assert_eq!(status, 1);
+    // cloud-init's runcmd runs `etcd-setup run` too: let its run end (on the same small
+    // folder) before looking, so nothing else runs from here on.
+    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
+    assert!(ci.status.code().is_some(), "cloud-init status: {ci:?}");
     let line = failure_line(&vm);
     assert!(line.starts_with("disk-full: "), "{line}");
     assert!(line.contains("/opt/bin"), "names no folder: {line}");
@@ -849,10 +857,6 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
         serde_json::from_str(&root(&vm, "cat /var/lib/etcd-setup/state.json")).expect("state");
     assert_eq!(state["phase"], "failed", "{state}");
     verdict("j: install folder on a full 16 MiB tmpfs", secs, &line);
-    // cloud-init's runcmd runs `etcd-setup run` too: let it end (on the same small
-    // folder) before the tmpfs goes, so nothing else runs from here on.
-    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
-    assert!(ci.status.code().is_some(), "cloud-init status: {ci:?}");
     root(&vm, "umount /opt/bin");
 
     // kill -9 at every boundary, each followed by a new run that converges.
@@ -874,6 +878,15 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
         );
         let (kind, name) = when.split_once(' ').expect("kind and name");
         match kind {
+            // Confirming lasts from the start job's end through the health check to the
+            // end of the settle period: either of its steps may be the last one seen
+            // (the run was still running: it died of the SIGKILL).
+            "step" if point == "confirming" => assert!(
+                said.lines().last().is_some_and(|l| {
+                    l.starts_with("step: start-job-done ") || l.starts_with("step: healthy ")
+                }),
+                "{point}: the kill did not land while confirming: {said}"
+            ),
             "step" => assert!(
                 said.lines()
                     .last()
