@@ -490,6 +490,54 @@ pub fn wait_for_iso(
 mod cdrom {
     nix::ioctl_none_bad!(eject, 0x5309);
     nix::ioctl_write_int_bad!(lockdoor, 0x5329);
+    nix::ioctl_write_int_bad!(drive_status, 0x5326);
+    /// CDSL_CURRENT: the slot in use.
+    pub const CURRENT_SLOT: nix::libc::c_int = nix::libc::c_int::MAX;
+    /// CDROM_DRIVE_STATUS answers: no disc, tray open.
+    pub const NO_DISC: nix::libc::c_int = 1;
+    pub const TRAY_OPEN: nix::libc::c_int = 2;
+}
+
+/// Whether the CD-ROM drive `device` holds a disc, as the drive says now
+/// (CDROM_DRIVE_STATUS); `None` when it cannot tell (not a CD-ROM drive, no answer).
+pub fn drive_has_disc(device: &Path) -> Option<bool> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: an empty drive opens too, and its tray is not pulled in.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(device)
+        .ok()?;
+    // SAFETY: CDROM_DRIVE_STATUS takes an integer (the slot) on an open CD-ROM fd.
+    let status = unsafe { cdrom::drive_status(file.as_raw_fd(), cdrom::CURRENT_SLOT) }.ok()?;
+    match status {
+        cdrom::NO_DISC | cdrom::TRAY_OPEN => Some(false),
+        4 => Some(true), // CDS_DISC_OK
+        _ => None,
+    }
+}
+
+/// A read failure (`iso-unreadable`) of the disc in the drive `device` becomes
+/// `iso-removed` when the drive holds no disc any more: it was taken out while it was
+/// read, which a read error alone does not tell (the kernel reports both as EIO).
+pub fn removed_while_read(device: &Path, failure: Failure) -> Failure {
+    if failure.code != ReasonCode::IsoUnreadable || drive_has_disc(device) != Some(false) {
+        return failure;
+    }
+    let removed = Failure::new(
+        ReasonCode::IsoRemoved,
+        format!(
+            "the disc was taken out of {} while it was read ({}); attach the ISO again and \
+             leave it in the drive until etcd runs",
+            device.display(),
+            failure.message
+        ),
+    );
+    match failure.source {
+        Some(source) => removed.with_source(source),
+        None => removed,
+    }
 }
 
 /// Unlocks the tray and ejects the disc in `device` (a CD-ROM drive).
@@ -512,6 +560,32 @@ pub fn eject(device: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_failure_off_a_cd_drive_stays_iso_unreadable() {
+        // A file and a character device are no CD-ROM drives: the drive cannot say the
+        // disc is gone, so the read error is what the operator gets.
+        let file = tempfile::NamedTempFile::new().unwrap();
+        for path in [
+            file.path(),
+            Path::new("/dev/null"),
+            Path::new("/nonexistent/sr9"),
+        ] {
+            assert_eq!(drive_has_disc(path), None, "{}", path.display());
+            let f = removed_while_read(
+                path,
+                Failure::new(
+                    ReasonCode::IsoUnreadable,
+                    "cannot read it: Input/output error",
+                ),
+            );
+            assert_eq!(f.code, ReasonCode::IsoUnreadable);
+            assert_eq!(f.message, "cannot read it: Input/output error");
+        }
+        // Other codes pass through untouched.
+        let f = removed_while_read(file.path(), Failure::new(ReasonCode::ArchiveCorrupt, "x"));
+        assert_eq!(f.code, ReasonCode::ArchiveCorrupt);
+    }
 
     #[test]
     fn parses_a_kernel_media_change_event() {

@@ -15,6 +15,8 @@ pub enum ReasonCode {
     IsoTimeout,
     /// An ISO image or device could not be read as iso9660 (truncated, corrupt, I/O error).
     IsoUnreadable,
+    /// The disc was taken out of the drive while it was read.
+    IsoRemoved,
     /// The Kubernetes ISO has no etcd archive at the expected path.
     ArchiveMissing,
     /// The archive is not an intact gzip-compressed tar (truncated, bad CRC, garbage).
@@ -83,6 +85,7 @@ impl ReasonCode {
     pub const ALL: &'static [ReasonCode] = &[
         ReasonCode::IsoTimeout,
         ReasonCode::IsoUnreadable,
+        ReasonCode::IsoRemoved,
         ReasonCode::ArchiveMissing,
         ReasonCode::ArchiveCorrupt,
         ReasonCode::ArchiveUnsafe,
@@ -119,6 +122,7 @@ impl ReasonCode {
         match self {
             ReasonCode::IsoTimeout => "iso-timeout",
             ReasonCode::IsoUnreadable => "iso-unreadable",
+            ReasonCode::IsoRemoved => "iso-removed",
             ReasonCode::ArchiveMissing => "archive-missing",
             ReasonCode::ArchiveCorrupt => "archive-corrupt",
             ReasonCode::ArchiveUnsafe => "archive-unsafe",

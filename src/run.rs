@@ -288,7 +288,8 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         &settings.archive_path,
         install_dir,
         &settings.policy(),
-    )?;
+    )
+    .map_err(|f| crate::discover::removed_while_read(&device, f))?;
     let release = validated.extracted;
     with(shared, |r| r.step("archive-pass-done"));
     with(shared, |r| {

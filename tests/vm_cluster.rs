@@ -236,8 +236,11 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn boot(tag: &str) -> Cluster {
+    /// Boots the three nodes; with `tls`, every node gets its certificate from it and
+    /// the cluster speaks https on peer and client URLs.
+    fn boot(tag: &str, tls: Option<&Pki>) -> Cluster {
         let image = Image::from_env();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let hub_dir = std::env::temp_dir().join(format!("etcd-setup-{tag}-{}", std::process::id()));
         let hub = Hub::start(&hub_dir, 3);
         // Named as CloudStack names etcd nodes: cluster, "etcd", index, hex milliseconds.
@@ -252,7 +255,7 @@ impl Cluster {
             .collect();
         let initial_cluster = members
             .iter()
-            .map(|(n, ip)| format!("{n}={}", peer_url(ip)))
+            .map(|(n, ip)| format!("{n}={scheme}://{ip}:2380"))
             .collect::<Vec<_>>()
             .join(",");
         // The token packaging/cloudstack/etcd-node.yml derives from the initial cluster.
@@ -260,7 +263,10 @@ impl Cluster {
         let started = Instant::now();
         let mut vms = Vec::new();
         for (i, (name, ip)) in members.iter().enumerate() {
-            let spec = node_spec(&hub, i, name, ip, &initial_cluster, &token);
+            let mut spec = node_spec(&hub, i, name, ip, &initial_cluster, &token);
+            if let Some(pki) = tls {
+                with_tls(&mut spec, &pki.issue(name, ip));
+            }
             vms.push(Vm::boot(&image, spec));
         }
         let mut nodes = Vec::new();
@@ -324,11 +330,18 @@ impl Cluster {
     /// whose host died. Its answers go on in the same timeline. Returns the host time the
     /// old VM went away.
     fn recreate(&mut self, i: usize, token: &str) -> f64 {
+        self.recreate_with(i, token, |_| {})
+    }
+
+    /// [`Cluster::recreate`], the new VM's spec changed by `edit` first (other
+    /// write_files, say).
+    fn recreate_with(&mut self, i: usize, token: &str, edit: impl FnOnce(&mut VmSpec)) -> f64 {
         let began = unix_now();
         let image = Image::from_env();
         let (name, ip) = (self.nodes[i].name.clone(), self.nodes[i].ip.clone());
         self.nodes[i].stop_polling();
-        let spec = node_spec(&self.hub, i, &name, &ip, &self.initial_cluster, token);
+        let mut spec = node_spec(&self.hub, i, &name, &ip, &self.initial_cluster, token);
+        edit(&mut spec);
         // The old qemu must be gone before the new one takes its hub port and folder.
         drop(self.nodes[i].vm.take());
         self.hub.free_port(i);
@@ -440,10 +453,6 @@ fn node_spec(
     spec
 }
 
-fn peer_url(ip: &str) -> String {
-    format!("http://{ip}:2380")
-}
-
 /// Every node answers `waiting-for-iso` (in progress, exit 3) before any ISO is attached.
 fn await_all_waiting_for_iso(c: &Cluster, since: f64) {
     for n in &c.nodes {
@@ -492,7 +501,7 @@ fn status_against_is_active(node: &Node) -> (f64, f64) {
 /// loop on one node.
 #[test]
 fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
-    let mut c = Cluster::boot("c1");
+    let mut c = Cluster::boot("c1", None);
     let zero = c.zero;
     await_all_waiting_for_iso(&c, 0.0);
 
@@ -828,7 +837,7 @@ fn lines_of(c: &Cluster, i: usize, script: &str) -> Vec<String> {
 /// waits for quorum; once a third member arrives, two of three make a quorum.
 #[test]
 fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
-    let mut c = Cluster::boot("c2");
+    let mut c = Cluster::boot("c2", None);
     let zero = c.zero;
     await_all_waiting_for_iso(&c, 0.0);
 
@@ -905,4 +914,336 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
     report(
         "cluster c2: two of three running (quorum), the node without etcd failed/archive-missing",
     );
+}
+
+/// Where a TLS node keeps its CA, certificate and key: outside /home and /tmp, which
+/// etcd.service's sandbox hides (and config validation refuses).
+const PKI_DIR: &str = "/etc/etcd/pki";
+
+/// A test CA made with openssl in a temporary folder (never committed), issuing node
+/// certificates.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+/// One node's PEM files.
+struct NodeCert {
+    ca: String,
+    cert: String,
+    key: String,
+}
+
+/// Runs openssl in `dir`; panics with its stderr when it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Pki {
+    /// A new self-signed CA named `name` (EC P-256, valid two days).
+    fn new(name: &str) -> Pki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        openssl(
+            dir.path(),
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={name}"),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        );
+        Pki { dir }
+    }
+
+    /// A certificate for node `name` at `ip`: SANs the node IP and 127.0.0.1, usable as
+    /// server and client (etcd's peers are both).
+    fn issue(&self, name: &str, ip: &str) -> NodeCert {
+        let d = self.dir.path();
+        std::fs::write(
+            d.join(format!("{name}.ext")),
+            format!(
+                "subjectAltName=IP:{ip},IP:127.0.0.1\n\
+                 extendedKeyUsage=serverAuth,clientAuth\n\
+                 keyUsage=critical,digitalSignature,keyEncipherment\n"
+            ),
+        )
+        .expect("ext file");
+        openssl(
+            d,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &format!("{name}.crt"),
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
+        let read = |f: &str| std::fs::read_to_string(d.join(f)).expect("PEM file");
+        NodeCert {
+            ca: read("ca.crt"),
+            cert: read(&format!("{name}.crt")),
+            key: read(&format!("{name}.key")),
+        }
+    }
+}
+
+/// Delivers `cert` through the spec's cloud-config `write_files` (owner root:etcd, the key
+/// 0640) and turns on `[tls]`, client and peer sides, in the node's config.toml.
+fn with_tls(spec: &mut VmSpec, cert: &NodeCert) {
+    let file = |name: &str, mode: &str, pem: &str| {
+        let body: String = pem.lines().map(|l| format!("      {l}\n")).collect();
+        format!(
+            "  - path: {PKI_DIR}/{name}\n    owner: root:etcd\n    permissions: '{mode}'\n    content: |\n{body}"
+        )
+    };
+    let files = [
+        file("ca.crt", "0644", &cert.ca),
+        file("node.crt", "0644", &cert.cert),
+        file("node.key", "0640", &cert.key),
+    ]
+    .concat();
+    let tls = format!(
+        "\n      [tls]\n\
+         \x20     client_cert = \"{PKI_DIR}/node.crt\"\n\
+         \x20     client_key = \"{PKI_DIR}/node.key\"\n\
+         \x20     client_trusted_ca = \"{PKI_DIR}/ca.crt\"\n\
+         \x20     peer_cert = \"{PKI_DIR}/node.crt\"\n\
+         \x20     peer_key = \"{PKI_DIR}/node.key\"\n\
+         \x20     peer_trusted_ca = \"{PKI_DIR}/ca.crt\"\n"
+    );
+    let text = &spec.user_data;
+    assert!(
+        text.contains("\nwrite_files:\n") && text.contains("\nruncmd:"),
+        "the cloud-config has no write_files or runcmd to extend:\n{text}"
+    );
+    // After config.toml's content (the last write_files entry, runcmd next): the [tls]
+    // table inside that content, then the PEM files as further write_files entries.
+    spec.user_data = text.replacen("\nruncmd:", &format!("{tls}{files}runcmd:"), 1);
+}
+
+/// `etcdctl` on node `i` over TLS with that node's certificate (root: the key is
+/// root:etcd 0640), against every member's https client URL.
+fn etcdctl_tls(c: &Cluster, i: usize, args: &str) -> String {
+    let endpoints: Vec<String> = c
+        .nodes
+        .iter()
+        .map(|n| format!("https://{}:2379", n.ip))
+        .collect();
+    let out = c.nodes[i].vm().ssh(&format!(
+        "sudo ETCDCTL_API=3 /opt/bin/etcdctl --dial-timeout=3s --command-timeout=10s \
+         --cacert={PKI_DIR}/ca.crt --cert={PKI_DIR}/node.crt --key={PKI_DIR}/node.key \
+         --endpoints={} {args} 2>&1",
+        endpoints.join(",")
+    ));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 10 item 1: a three-node cluster "c3" with mutual TLS for peers and clients, the
+/// certificates made by the test and delivered by cloud-init's write_files. etcdctl over
+/// TLS lists three started members and the cluster is healthy; `etcd-setup status` says
+/// running/healthy (it asks etcd's plain-http loopback metrics listener, 127.0.0.1:2381,
+/// not the TLS client URL). Then node 3 is recreated with a certificate from another CA
+/// and a 90 s start timeout → etcd-start-failed carrying etcd's own TLS error, etcd not
+/// enabled there, the other two running.
+#[test]
+fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers() {
+    let t_all = Instant::now();
+    let pki = Pki::new("c3-ca");
+    let mut c = Cluster::boot("c3", Some(&pki));
+    let zero = c.zero;
+    await_all_waiting_for_iso(&c, 0.0);
+    let mut inserted = Vec::new();
+    for i in 0..3 {
+        if i > 0 {
+            std::thread::sleep(INSERT_GAP);
+        }
+        inserted.push(c.insert(i, "k8s-etcd-3.5.1.iso"));
+    }
+    for (i, n) in c.nodes.iter().enumerate() {
+        let s = n.await_sample(inserted[i], Duration::from_secs(600), |s| {
+            s.answered() && s.verdict != "in-progress"
+        });
+        assert_eq!(
+            (s.verdict.as_str(), s.exit),
+            ("running", 0),
+            "{}: {s:?}\n{}",
+            n.name,
+            n.timeline(zero)
+        );
+        report(&format!(
+            "cluster c3 (TLS): {} running {:.1} s after its ISO was inserted",
+            n.name,
+            s.at - inserted[i]
+        ));
+    }
+    // What cloud-init wrote, as etcd's sandbox sees it.
+    let files = lines_of(
+        &c,
+        0,
+        &format!(
+            "sudo stat -c '%n %U:%G %a' {PKI_DIR}/ca.crt {PKI_DIR}/node.crt {PKI_DIR}/node.key"
+        ),
+    );
+    assert_eq!(
+        files,
+        [
+            format!("{PKI_DIR}/ca.crt root:etcd 644"),
+            format!("{PKI_DIR}/node.crt root:etcd 644"),
+            format!("{PKI_DIR}/node.key root:etcd 640"),
+        ],
+        "{files:?}"
+    );
+    let env = lines_of(&c, 0, "sudo grep -E '^ETCD_(PEER_)?(CLIENT_CERT_AUTH|CERT_FILE|LISTEN_CLIENT_URLS|ADVERTISE_CLIENT_URLS|INITIAL_ADVERTISE_PEER_URLS)=' /etc/etcd-setup/etcd.env");
+    report(&format!("cluster c3: etcd.env on c3-etcd-1: {env:?}"));
+    // etcd's own view over TLS: three started members, all healthy.
+    let list = etcdctl_tls(&c, 0, "member list -w json");
+    let members: Value = serde_json::from_str(&list).unwrap_or_else(|e| panic!("{e}: {list}"));
+    let members = members["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3, "{members:?}");
+    for m in members {
+        assert!(
+            m["clientURLs"].as_array().is_some_and(|u| !u.is_empty()
+                && u.iter()
+                    .all(|u| u.as_str().is_some_and(|u| u.starts_with("https://")))),
+            "member not started on https: {m}"
+        );
+        assert!(
+            m["peerURLs"].as_array().is_some_and(|u| u
+                .iter()
+                .all(|u| u.as_str().is_some_and(|u| u.starts_with("https://")))),
+            "member peers not on https: {m}"
+        );
+    }
+    let health = etcdctl_tls(&c, 0, "endpoint health --cluster");
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+    // A client without a certificate is turned away by etcd itself.
+    let bare = c.nodes[0].vm().ssh(&format!(
+        "sudo /opt/bin/etcdctl --dial-timeout=3s --command-timeout=5s --cacert={PKI_DIR}/ca.crt \
+         --endpoints=https://{}:2379 endpoint health 2>&1",
+        c.nodes[1].ip
+    ));
+    assert!(
+        !bare.status.success(),
+        "etcd answered a client without a certificate"
+    );
+    let status = c.nodes[0].vm().ssh_ok("etcd-setup status");
+    assert!(
+        status.starts_with("running: member c3-etcd-1, etcd 3.5.1 active, healthy"),
+        "{status}"
+    );
+    report(&format!(
+        "cluster c3: etcdctl over TLS: 3 started members on https, endpoint health --cluster: 3 healthy; \
+         no client certificate: refused; etcd-setup status (via the http loopback metrics listener 127.0.0.1:2381): {}",
+        status.trim()
+    ));
+
+    // Node 3 recreated with a certificate from another CA and a short start timeout.
+    let foreign = Pki::new("another-ca");
+    let (name, ip) = (c.nodes[2].name.clone(), c.nodes[2].ip.clone());
+    let cert = foreign.issue(&name, &ip);
+    let token = c.token.clone();
+    let gone = c.recreate_with(2, &token, |spec| {
+        with_tls(spec, &cert);
+        spec.user_data = spec
+            .user_data
+            .replace("start_timeout = \"15min\"", "start_timeout = \"90s\"");
+        assert!(spec.user_data.contains("start_timeout = \"90s\""));
+    });
+    await_node_waiting_for_iso(&c, 2, gone);
+    let bad = c.insert(2, "k8s-etcd-3.5.1.iso");
+    let node = &c.nodes[2];
+    let s = node.await_sample(bad, Duration::from_secs(400), |s| {
+        s.answered() && s.verdict != "in-progress"
+    });
+    assert_eq!(
+        (s.verdict.as_str(), s.reason.as_str(), s.exit),
+        ("failed", "etcd-start-failed", 1),
+        "{s:?}\n{}",
+        node.timeline(zero)
+    );
+    let failed = node.vm().ssh_ok("cat /home/cloud/etcd-setup-failed");
+    let tls_line = failed
+        .lines()
+        .find(|l| {
+            [
+                "bad certificate",
+                "unknown authority",
+                "certificate required",
+                "tls:",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
+        })
+        .unwrap_or_else(|| panic!("no TLS error of etcd's in the failure file:\n{failed}"));
+    let off = lines_of(
+        &c,
+        2,
+        "systemctl is-enabled etcd 2>&1; systemctl is-active etcd",
+    );
+    assert_ne!(off.first().map(String::as_str), Some("enabled"), "{off:?}");
+    assert_ne!(off.last().map(String::as_str), Some("active"), "{off:?}");
+    for n in &c.nodes[..2] {
+        let s = n.await_sample(unix_now(), Duration::from_secs(30), Sample::answered);
+        assert_eq!(s.verdict, "running", "{}: {s:?}", n.name);
+    }
+    report(&format!(
+        "cluster c3: {name} with a certificate of another CA: etcd-start-failed {:.1} s after its insert \
+         (start timeout 90 s), etcd {off:?}; etcd's line: {}",
+        s.at - bad,
+        tls_line.trim()
+    ));
+    report(&format!(
+        "cluster c3 (TLS) test: {:.1} s",
+        t_all.elapsed().as_secs_f64()
+    ));
 }

@@ -711,3 +711,539 @@ fn i_upgrading_the_package_on_a_running_node_leaves_etcd_and_its_state_alone() {
         "no file of the package or its state left; etcd and its data dir untouched",
     );
 }
+
+/// The SHA-256 `etcd-setup check --format json` prints for the tarball on `iso`, run on
+/// the host against the ISO file, as an operator vetting an upload does.
+fn host_check_digest(iso: &str) -> String {
+    let path = support::inputs::isos().join(iso);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+        .args(["check", "--format", "json"])
+        .arg(&path)
+        .output()
+        .expect("run etcd-setup check");
+    assert_eq!(out.status.code(), Some(0), "check {iso}: {out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("check JSON");
+    let digest = doc["results"][0]["sha256"]
+        .as_str()
+        .unwrap_or_else(|| panic!("check printed no sha256: {doc}"))
+        .to_string();
+    assert_eq!(digest.len(), 64, "{doc}");
+    digest
+}
+
+/// Starts etcd-setup.service and waits for its run to end (a oneshot: `systemctl start`
+/// returns when it exited); returns the run's exit status.
+fn run_unit(vm: &Vm) -> i32 {
+    let out = vm.ssh_timeout(
+        Duration::from_secs(400),
+        "sudo systemctl start etcd-setup; systemctl show -p ExecMainStatus --value etcd-setup",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no exit status: {text}"))
+}
+
+/// What QMP's `query-block` says of the Kubernetes CD-ROM drive (qdev `cdrom0`).
+fn cdrom_block(vm: &mut Vm) -> serde_json::Value {
+    let blocks = vm
+        .qmp()
+        .execute("query-block", serde_json::json!({}))
+        .expect("query-block");
+    blocks
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|b| b["qdev"].as_str().is_some_and(|q| q.contains("cdrom0")))
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no cdrom0 in query-block: {blocks}"))
+}
+
+/// The integrity chain and eject (issue 10, items 2 and 3), on one node: the digest
+/// `check --format json` prints on the host for the 3.5.1 ISO is pinned in the node's
+/// `[iso] sha256`, with `eject = true`. The 3.4.23 ISO is inserted first → digest-mismatch
+/// naming both digests, nothing installed, etcd off, the disc left in. The vetted ISO
+/// replaces it in the same drive → the run passes and the disc is ejected (QMP's
+/// query-block has no medium; the guest's /dev/sr0 has none); after a reboot, with the
+/// drive still empty, the run verifies etcd and exits 0.
+#[test]
+fn i_the_pinned_digest_refuses_another_tarball_and_eject_empties_the_drive() {
+    let pinned = host_check_digest("k8s-etcd-3.5.1.iso");
+    let other = host_check_digest("k8s-etcd-3.4.23.iso");
+    assert_ne!(pinned, other);
+    report(&format!(
+        "run scenario i: check --format json on the host: 3.5.1 ISO {pinned}, 3.4.23 ISO {other}"
+    ));
+    let mut vm = boot("run-i", None, &[("SHA256", &pinned), ("EJECT", "true")]);
+    let config = root(&vm, "grep sha256 /etc/etcd-setup/config.toml");
+    assert!(
+        config.contains(&format!("sha256 = \"{pinned}\"")) && !config.trim_start().starts_with('#'),
+        "the digest is not pinned in the node's config: {config}"
+    );
+    wait_until_waiting_for_iso(&vm);
+
+    // Another etcd release on the disc: refused by its digest.
+    let secs = insert_and_time(
+        &mut vm,
+        "k8s-etcd-3.4.23.iso",
+        &format!("[ -s {FAILED_FILE} ]"),
+    );
+    let (status, _) = wait_unit_exit(&vm, Duration::from_secs(120));
+    assert_eq!(status, 1);
+    // cloud-init's runcmd runs `etcd-setup run` too (sharing the lock): let its run end
+    // (on the same disc) before looking, so only finished runs are seen.
+    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
+    assert!(ci.status.code().is_some(), "cloud-init status: {ci:?}");
+    let line = failure_line(&vm);
+    assert!(line.starts_with("digest-mismatch: "), "{line}");
+    assert!(line.contains("/dev/sr0"), "names no device: {line}");
+    assert!(
+        line.contains(&format!("SHA-256 {other}")) && line.contains(&format!("pinned {pinned}")),
+        "the reason does not name both digests: {line}"
+    );
+    assert_etcd_off(&vm);
+    assert!(
+        vm.ssh("test -e /opt/bin/etcd").status.code() == Some(1),
+        "etcd installed from a tarball with another digest"
+    );
+    assert!(
+        cdrom_block(&mut vm).get("inserted").is_some(),
+        "a refused disc was ejected"
+    );
+    verdict("i: pinned digest, another tarball on the ISO", secs, &line);
+
+    // The vetted ISO in the same drive, a new run: passes, and the disc is ejected.
+    insert_iso_forced(
+        &mut vm,
+        &support::inputs::isos().join("k8s-etcd-3.5.1.iso"),
+        "cd-vetted",
+    );
+    // The guest has seen the new disc (udev names it by its label, CDROM) before the run.
+    root(
+        &vm,
+        "timeout 60 sh -c 'until [ -e /dev/disk/by-label/CDROM ]; do sleep 0.2; done'",
+    );
+    let t = Instant::now();
+    let status = run_unit(&vm);
+    assert_eq!(
+        status,
+        0,
+        "{}",
+        vm.ssh_ok(&format!("cat {FAILED_FILE} 2>&1 || true"))
+    );
+    let secs = t.elapsed().as_secs_f64();
+    assert_etcd_healthy(&vm);
+    let state: serde_json::Value =
+        serde_json::from_str(&root(&vm, "cat /var/lib/etcd-setup/state.json")).expect("state");
+    assert_eq!(state["etcd_version"], "3.5.1", "{state}");
+    let log = root(&vm, "journalctl -b -u etcd-setup -o cat --no-pager");
+    assert!(log.contains("ejected /dev/sr0"), "{log}");
+    // The guest's view, without opening /dev/sr0 for reading (the kernel's autoclose
+    // would pull the tray in again): udev's media property and label link (the size in
+    // sysfs keeps the old capacity until the next open, so it says nothing here).
+    let guest = root(
+        &vm,
+        "timeout 30 sh -c 'while udevadm info --query=property /dev/sr0 | grep -q ^ID_CDROM_MEDIA=1; do sleep 0.2; done'; \
+         udevadm info --query=property /dev/sr0 | grep -c ^ID_CDROM_MEDIA=1; \
+         test -e /dev/disk/by-label/CDROM && echo label-link || echo no-label-link",
+    );
+    assert_eq!(
+        guest.split_whitespace().collect::<Vec<_>>(),
+        ["0", "no-label-link"],
+        "the guest still sees a medium in /dev/sr0 (udev's media property, the label link): {guest}"
+    );
+    // qemu's view: the guest's eject opens the tray; a medium still on it counts as out.
+    let block = cdrom_block(&mut vm);
+    let out = block.get("inserted").is_none() || block["tray_open"] == true;
+    assert!(out, "QMP still sees a disc in cdrom0: {block}");
+    verdict(
+        "i: pinned digest, the vetted ISO, eject = true",
+        secs,
+        &format!(
+            "exit 0, etcd healthy; query-block: tray_open={}, inserted {}; guest: no ID_CDROM_MEDIA, no label link",
+            block["tray_open"],
+            if block.get("inserted").is_some() { "(on the open tray)" } else { "none" }
+        ),
+    );
+
+    // A reboot with the drive empty: the run verifies etcd, exit 0.
+    vm.reboot();
+    vm.wait_ssh(Duration::from_secs(300));
+    let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(300));
+    assert_eq!(status, 0);
+    assert_etcd_healthy(&vm);
+    let log = root(&vm, "journalctl -b -u etcd-setup -o cat --no-pager");
+    assert!(log.contains("verifying"), "{log}");
+    assert!(!log.contains("waiting for the Kubernetes ISO"), "{log}");
+    let block = cdrom_block(&mut vm);
+    assert!(block.get("inserted").is_none(), "{block}");
+    verdict(
+        "i: reboot after the eject",
+        secs,
+        "run verified only (no disc needed), etcd active",
+    );
+}
+
+/// Puts the node back as it was before etcd-setup's first run, ISO aside: etcd stopped and
+/// disabled, its unit, environment, binaries, data and every etcd-setup state and failure
+/// file removed. Each fault below starts from there, so each run has the whole path ahead.
+fn reset_node(vm: &Vm) {
+    root(
+        vm,
+        &format!(
+            "systemctl disable --now etcd.service 2>/dev/null; \
+             rm -f /etc/systemd/system/etcd.service /etc/etcd-setup/etcd.env {FAILED_FILE} \
+                   /var/lib/etcd-setup/state.json /run/etcd-setup/state.json; \
+             mkdir -p /opt/bin; find /opt/bin -mindepth 1 -delete; rm -rf /var/lib/etcd; systemctl daemon-reload; systemctl reset-failed etcd-setup etcd 2>/dev/null; true"
+        ),
+    );
+}
+
+/// The boundaries `kill -9` lands on: (what the test calls it, how the guest sees the run
+/// reach it, whether etcd may be enabled then: the enable follows the unit's writing
+/// within milliseconds, binaries and unit complete, and the reload takes a second). "phase NAME": the live state file says
+/// NAME; "step NAME": the run's journal has its `step: NAME` line; "file PATH": PATH
+/// exists (watched in a busy loop: `etcdctl` is the first binary renamed into place,
+/// `etcd` the last, and the unit is written a few milliseconds later).
+const KILL_POINTS: [(&str, &str, bool); 7] = [
+    ("waiting", "phase waiting-for-iso", false),
+    ("validating", "phase validating", false),
+    ("installing", "file /opt/bin/etcdctl", false),
+    ("writing the unit", "file /opt/bin/etcd", false),
+    (
+        "unit written, enabling and reloading",
+        "step unit-written",
+        true,
+    ),
+    ("starting", "step enabled-and-reloaded", true),
+    ("confirming", "step start-job-done", true),
+];
+
+/// Starts etcd-setup.service and SIGKILLs its main process as soon as the guest sees
+/// `when` (see [`KILL_POINTS`]); returns what the guest saw at the kill: the phase in the
+/// state file, whether etcd's unit file was written, the last journal step line.
+fn start_and_kill_at(vm: &Vm, when: &str) -> String {
+    let (kind, name) = when.split_once(' ').expect("kind and name");
+    let seen = match kind {
+        "phase" => {
+            format!("grep -q '\"phase\": *\"{name}\"' /run/etcd-setup/state.json 2>/dev/null")
+        }
+        "step" => format!("grep -q '^step: {name} ' \"$log\""),
+        _ => format!("[ -e {name} ]"),
+    };
+    let pause = if kind == "file" { ":" } else { "sleep 0.01" };
+    // journalctl follows from the last entry before the start, so no line is missed.
+    let script = format!(
+        r#"log=$(mktemp)
+cur=$(journalctl -u etcd-setup -n1 --show-cursor -o cat | sed -n 's/^-- cursor: //p')
+journalctl -u etcd-setup -f -o cat ${{cur:+--after-cursor=$cur}} >"$log" 2>&1 & jp=$!
+systemctl start --no-block etcd-setup
+# The run's PID first, so the kill follows the sighting within microseconds.
+until pid=$(systemctl show -p MainPID --value etcd-setup); [ "${{pid:-0}}" -gt 0 ]; do
+  [ $SECONDS -gt 60 ] && break
+  sleep 0.01
+done
+until {seen}; do
+  [ $SECONDS -gt 200 ] && {{ echo never-seen; break; }}
+  {pause}
+done
+[ "${{pid:-0}}" -gt 0 ] && kill -9 "$pid"
+grep -o '"phase": *"[a-z-]*"' /run/etcd-setup/state.json | head -n1
+test -e /etc/systemd/system/etcd.service && echo unit-file-written || echo no-unit-file
+test -e /opt/bin/etcd && echo etcd-in-place || echo etcd-not-in-place
+sleep 0.3; kill $jp; grep '^step: ' "$log" | tail -n1; rm -f "$log"
+"#
+    );
+    root(
+        vm,
+        &format!("cat >/run/kill-at.sh <<'EOF'\n{script}EOF\nbash /run/kill-at.sh"),
+    )
+}
+
+/// Issue 10 item 4, on one node, each fault converging before the next: the install
+/// folder on a 16 MiB tmpfs → disk-full naming the folder, nothing left behind; `kill -9`
+/// of the run at every phase boundary, each followed by a new run that converges; the
+/// CD-ROM returning read errors in the middle of the tarball (qemu blkdebug) →
+/// iso-unreadable naming the device; the disc ejected over QMP while the run reads it
+/// (reads throttled so the eject lands mid-tarball) → its reason naming the device.
+#[test]
+fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converges() {
+    let t_all = Instant::now();
+    let iso = support::inputs::isos().join("k8s-etcd-3.5.1.iso");
+    let mut vm = boot("run-j", None, &[]);
+    wait_until_waiting_for_iso(&vm);
+
+    // disk-full: /opt/bin on a 16 MiB tmpfs, mounted while the run waits for the disc.
+    root(
+        &vm,
+        "mkdir -p /opt/bin && mount -t tmpfs -o size=16m etcd-small /opt/bin",
+    );
+    vm.insert_cdrom(&iso);
+    let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(300));
+    assert_eq!(status, 1);
+    // cloud-init's runcmd runs `etcd-setup run` too: let its run end (on the same small
+    // folder) before looking, so nothing else runs from here on.
+    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
+    assert!(ci.status.code().is_some(), "cloud-init status: {ci:?}");
+    let line = failure_line(&vm);
+    assert!(line.starts_with("disk-full: "), "{line}");
+    assert!(line.contains("/opt/bin"), "names no folder: {line}");
+    let left = root(
+        &vm,
+        "ls -A /opt/bin; df -k --output=used /opt/bin | tail -n1",
+    );
+    let mut left = left.lines().collect::<Vec<_>>();
+    let used: u64 = left
+        .pop()
+        .and_then(|u| u.trim().parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(
+        left.is_empty(),
+        "left in /opt/bin after disk-full: {left:?}"
+    );
+    assert!(used < 64, "{used} KiB still used on the small /opt/bin");
+    assert_etcd_off(&vm);
+    assert!(
+        vm.ssh("test -e /etc/systemd/system/etcd.service")
+            .status
+            .code()
+            == Some(1),
+        "etcd's unit written after disk-full"
+    );
+    let state: serde_json::Value =
+        serde_json::from_str(&root(&vm, "cat /var/lib/etcd-setup/state.json")).expect("state");
+    assert_eq!(state["phase"], "failed", "{state}");
+    verdict("j: install folder on a full 16 MiB tmpfs", secs, &line);
+    root(&vm, "umount /opt/bin");
+
+    // kill -9 at every boundary, each followed by a new run that converges.
+    for (point, when, may_be_enabled) in KILL_POINTS {
+        reset_node(&vm);
+        if point == "waiting" {
+            vm.eject_cdrom();
+        }
+        let said = start_and_kill_at(&vm, when);
+        let exit = vm.ssh_ok("systemctl show -p ExecMainStatus --value etcd-setup");
+        assert_eq!(
+            exit.trim(),
+            "9",
+            "{point}: the run was not killed by SIGKILL: {said}"
+        );
+        assert!(
+            !said.contains("never-seen"),
+            "{point}: the run never reached {when}: {said}"
+        );
+        let (kind, name) = when.split_once(' ').expect("kind and name");
+        match kind {
+            // Confirming lasts from the start job's end through the health check to the
+            // end of the settle period: either of its steps may be the last one seen
+            // (the run was still running: it died of the SIGKILL).
+            "step" if point == "confirming" => assert!(
+                said.lines().last().is_some_and(|l| {
+                    l.starts_with("step: start-job-done ") || l.starts_with("step: healthy ")
+                }),
+                "{point}: the kill did not land while confirming: {said}"
+            ),
+            "step" => assert!(
+                said.lines()
+                    .last()
+                    .is_some_and(|l| l.starts_with(&format!("step: {name} "))),
+                "{point}: the kill did not land right after {name}: {said}"
+            ),
+            "phase" => assert!(
+                said.contains(&format!("\"{name}\"")),
+                "{point}: killed in {said}"
+            ),
+            _ => assert!(
+                said.contains("no-unit-file")
+                    && vm.ssh(&format!("test -e {name}")).status.success(),
+                "{point}: not killed between {name} and the unit: {said}"
+            ),
+        }
+        if point == "installing" {
+            // In the install phase, before its `installed` step (the three renames follow
+            // one another within microseconds, so where among them is not controlled).
+            assert!(
+                said.contains("\"installing\"")
+                    && said
+                        .lines()
+                        .last()
+                        .is_some_and(|l| l.starts_with("step: archive-pass-done ")),
+                "{point}: not killed mid-install: {said}"
+            );
+        }
+        let enabled = vm.ssh("systemctl is-enabled etcd.service").status.success();
+        if !may_be_enabled {
+            assert!(
+                !enabled,
+                "{point}: etcd enabled by a run killed before it enabled etcd"
+            );
+        }
+        let staging_after_kill =
+            vm.ssh_ok("ls -a /opt/bin 2>/dev/null | grep -c etcd-setup-staging || true");
+        if point == "waiting" {
+            // The killed run's drive is locked by the guest: open the tray by force, as
+            // an operator's detach and attach does.
+            insert_iso_forced(&mut vm, &iso, "cd-after-waiting");
+        }
+        let t = Instant::now();
+        let status = run_unit(&vm);
+        assert_eq!(
+            status,
+            0,
+            "{point}: the run after the kill failed: {}",
+            vm.ssh_ok(&format!("cat {FAILED_FILE} 2>&1 || true"))
+        );
+        assert_etcd_healthy(&vm);
+        let staging = vm.ssh_ok("ls -a /opt/bin | grep -c etcd-setup-staging || true");
+        assert_eq!(
+            staging.trim(),
+            "0",
+            "{point}: staging left after the new run"
+        );
+        assert!(
+            vm.ssh(&format!("test -e {FAILED_FILE}")).status.code() == Some(1),
+            "{point}: failure file after success"
+        );
+        let killed_at = said.lines().map(str::trim).collect::<Vec<_>>().join("; ");
+        verdict(
+            &format!("j: kill -9 at {point}, run again"),
+            t.elapsed().as_secs_f64(),
+            &format!(
+                "killed at [{killed_at}], etcd enabled then: {enabled}, staging folders then: {}; \
+                 the next run: exit 0, etcd healthy, no staging left",
+                staging_after_kill.trim()
+            ),
+        );
+    }
+
+    // Read errors in the middle of the tarball: blkdebug under the medium.
+    reset_node(&vm);
+    let sector = middle_of_tarball_sector(&iso);
+    insert_node(
+        &mut vm,
+        serde_json::json!({
+            "driver": "raw", "node-name": "cd-bad", "read-only": true,
+            "file": {
+                "driver": "blkdebug",
+                "inject-error": [{"event": "read_aio", "errno": 5, "sector": sector, "once": false}],
+                "image": {"driver": "file", "filename": iso.to_str().expect("utf-8"), "read-only": true}
+            }
+        }),
+    );
+    let status = run_unit(&vm);
+    assert_eq!(status, 1);
+    let line = failure_line(&vm);
+    assert!(line.starts_with("iso-unreadable: "), "{line}");
+    assert!(line.contains("/dev/sr0"), "names no device: {line}");
+    assert_etcd_off(&vm);
+    assert!(vm.ssh("test -e /opt/bin/etcd").status.code() == Some(1));
+    verdict(
+        &format!("j: read errors from sector {sector} (blkdebug EIO)"),
+        0.0,
+        &line,
+    );
+
+    // The disc ejected while the run reads the tarball (reads throttled to 4 MiB/s).
+    reset_node(&vm);
+    vm.qmp()
+        .execute(
+            "object-add",
+            serde_json::json!({"qom-type": "throttle-group", "id": "slow-cd", "limits": {"bps-read": 4_194_304}}),
+        )
+        .expect("object-add throttle-group");
+    insert_node(
+        &mut vm,
+        serde_json::json!({
+            "driver": "throttle", "node-name": "cd-slow", "throttle-group": "slow-cd", "read-only": true,
+            "file": {
+                "driver": "raw", "read-only": true,
+                "file": {"driver": "file", "filename": iso.to_str().expect("utf-8"), "read-only": true}
+            }
+        }),
+    );
+    // Mid-tarball: the first binary staged is past 4 MB of its 23, the rest still unread.
+    let watcher = support::vm::spawn_in_guest(
+        &vm,
+        "sudo timeout 120 sh -c 'systemctl start --no-block etcd-setup; \
+         until find /opt/bin -path \"*staging*\" -type f -size +4M | grep -q .; do sleep 0.02; done; \
+         du -sk /opt/bin; grep -o \"\\\"phase\\\": *\\\"[a-z-]*\\\"\" /run/etcd-setup/state.json | head -n1'",
+    );
+    let said = watcher.join().expect("watcher");
+    assert!(
+        said.contains("\"validating\""),
+        "not validating when ejected: {said}"
+    );
+    let ejected = support::vm::unix_now();
+    vm.eject_cdrom();
+    let (status, _) = wait_unit_exit(&vm, Duration::from_secs(120));
+    let secs = support::vm::unix_now() - ejected;
+    assert_eq!(status, 1);
+    let line = failure_line(&vm);
+    assert!(line.contains("/dev/sr0"), "names no device: {line}");
+    assert!(
+        line.starts_with("iso-removed: the disc was taken out of /dev/sr0 while it was read"),
+        "{line}"
+    );
+    assert_etcd_off(&vm);
+    assert!(vm.ssh("test -e /opt/bin/etcd").status.code() == Some(1));
+    verdict("j: disc ejected mid-tarball", secs, &line);
+    report(&format!(
+        "run scenario j: all faults on one node in {:.1} s",
+        t_all.elapsed().as_secs_f64()
+    ));
+}
+
+/// The 512-byte sector in the middle of the etcd tarball inside `iso` (found by its bytes,
+/// which start on a 2048-byte block).
+fn middle_of_tarball_sector(iso: &std::path::Path) -> u64 {
+    let image = std::fs::read(iso).expect("read the ISO");
+    let tarball = std::fs::read(support::inputs::isos().join("etcd-v3.5.1-linux-amd64.tar.gz"))
+        .expect("tarball");
+    let head = &tarball[..4096];
+    let start = (0..image.len().saturating_sub(head.len()))
+        .step_by(2048)
+        .find(|&off| &image[off..off + head.len()] == head)
+        .expect("the tarball is on the ISO");
+    ((start + tarball.len() / 2) / 512) as u64
+}
+
+/// Puts `iso` into the Kubernetes CD-ROM drive as block node `node`, the tray opened by
+/// force (the guest may hold it locked, which a plain `blockdev-change-medium` refuses).
+fn insert_iso_forced(vm: &mut Vm, iso: &std::path::Path, node: &str) {
+    insert_node(
+        vm,
+        serde_json::json!({
+            "driver": "raw", "node-name": node, "read-only": true,
+            "file": {"driver": "file", "filename": iso.to_str().expect("utf-8"), "read-only": true}
+        }),
+    );
+}
+
+/// Replaces the Kubernetes CD-ROM's medium with a block node made by `blockdev-add`
+/// (open the tray, remove, insert, close), as a disc in a drive.
+fn insert_node(vm: &mut Vm, node: serde_json::Value) {
+    let name = node["node-name"].as_str().expect("node-name").to_string();
+    let qmp = vm.qmp();
+    qmp.execute("blockdev-add", node).expect("blockdev-add");
+    qmp.execute(
+        "blockdev-open-tray",
+        serde_json::json!({"id": "cdrom0", "force": true}),
+    )
+    .expect("blockdev-open-tray");
+    qmp.execute(
+        "blockdev-remove-medium",
+        serde_json::json!({"id": "cdrom0"}),
+    )
+    .expect("blockdev-remove-medium");
+    qmp.execute(
+        "blockdev-insert-medium",
+        serde_json::json!({"id": "cdrom0", "node-name": name}),
+    )
+    .expect("blockdev-insert-medium");
+    qmp.execute("blockdev-close-tray", serde_json::json!({"id": "cdrom0"}))
+        .expect("blockdev-close-tray");
+}

@@ -53,7 +53,8 @@ pub fn make_iso(src: &Path, label: &str, out: &Path) {
 }
 
 /// Renders packaging/cloud-config.yaml.tmpl for a one-member cluster on the guest's
-/// user-mode address, with `overrides` of the defaults.
+/// user-mode address, with `overrides` of the defaults (`SHA256` also uncomments the
+/// template's `iso.sha256` line).
 pub fn cloud_config(name: &str, overrides: &[(&str, &str)]) -> String {
     let template =
         std::fs::read_to_string(super::vm::repo().join("packaging/cloud-config.yaml.tmpl"))
@@ -74,6 +75,7 @@ pub fn cloud_config(name: &str, overrides: &[(&str, &str)]) -> String {
         ("SETTLE", "3s".into()),
         ("ISO_WAIT", "10min".into()),
         ("EJECT", "false".into()),
+        ("SHA256", String::new()),
     ];
     for (k, v) in overrides {
         if let Some(slot) = values.iter_mut().find(|(key, _)| key == k) {
@@ -81,6 +83,10 @@ pub fn cloud_config(name: &str, overrides: &[(&str, &str)]) -> String {
         }
     }
     let mut text = template;
+    // A pinned digest turns the template's commented `sha256` line on.
+    if overrides.iter().any(|(k, _)| *k == "SHA256") {
+        text = text.replace("# sha256 = \"{{SHA256}}\"", "sha256 = \"{{SHA256}}\"");
+    }
     for (k, v) in values {
         text = text.replace(&format!("{{{{{k}}}}}"), &v);
     }
