@@ -11,6 +11,7 @@ fn main() -> ExitCode {
         Command::Check(args) => etcd_setup::check::command(&args),
         Command::Status(args) => etcd_setup::status::command(&args),
         Command::Leave(args) => etcd_setup::leave::command(&args),
+        Command::Upgrade(args) => etcd_setup::upgrade::command(&args),
         Command::ServeStatus(args) => etcd_setup::status::server::command(&args),
     };
     ExitCode::from(code)

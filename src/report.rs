@@ -27,7 +27,7 @@ mod time;
 pub use atomic::atomic_write;
 pub use failure::{clear_failure, write_failure};
 pub use reporter::{Reporter, SharedReporter};
-pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable};
+pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable, UpgradeRecord};
 pub use time::rfc3339;
 
 /// The live state folder, emptied at every boot.

@@ -291,9 +291,17 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     )?;
     let release = validated.extracted;
     with(shared, |r| r.step("archive-pass-done"));
+    let advisories = crate::advisory::lines(&release.version);
+    if settings.refuse_known_bad && !advisories.is_empty() {
+        return Err(known_bad(&release.version, &advisories));
+    }
+    for line in &advisories {
+        with(shared, |r| r.log(4, line));
+    }
     with(shared, |r| {
         r.state.sha256 = Some(release.sha256_hex());
         r.state.etcd_version = Some(release.version.clone());
+        r.state.advisories = advisories.clone();
         r.enter(
             Phase::Installing,
             &format!(
@@ -333,6 +341,18 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         eject(&device, shared);
     }
     Ok(())
+}
+
+/// `known-bad-release` for `version`, naming its advisories and the key that refused it.
+pub fn known_bad(version: &str, advisories: &[String]) -> Failure {
+    Failure::new(
+        ReasonCode::KnownBadRelease,
+        format!(
+            "etcd {version} has a published data-safety advisory and iso.refuse_known_bad is on; \
+             attach an ISO with a fixed release"
+        ),
+    )
+    .with_source(anyhow::anyhow!("{}", advisories.join("\n")))
 }
 
 /// The state of an earlier run that succeeded, when what it installed is still there.

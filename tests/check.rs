@@ -439,3 +439,36 @@ fn an_empty_archive_path_is_refused_by_the_command_line() {
         "{err}"
     );
 }
+
+#[test]
+fn warns_of_the_3_5_1_advisory_and_keeps_exit_0_but_not_for_3_4_23_3_5_16_or_3_5_30() {
+    let bad = input("etcd-v3.5.1-linux-amd64.tar.gz");
+    let out = check(&[], &[&bad]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(": warning: etcd 3.5.1: not recommended for production: data inconsistency")
+            && text.contains("fixed in 3.5.3")
+            && text.contains("CHANGELOG"),
+        "{text}"
+    );
+    let out = check(&["--format", "json"], &[&bad]);
+    let doc = json(&out);
+    assert_eq!(
+        doc["results"][0]["advisories"][0]["id"],
+        "etcd-3.5-data-inconsistency"
+    );
+    for good in ["3.4.23", "3.5.16", "3.5.30"] {
+        let tarball = input(&format!("etcd-v{good}-linux-amd64.tar.gz"));
+        let out = check(&[], &[&tarball]);
+        assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+        let text = stdout(&out);
+        assert!(text.contains(&format!(": ok: etcd {good} ")), "{text}");
+        assert!(!text.contains("warning"), "{good}: {text}");
+        let out = check(&["--format", "json"], &[&tarball]);
+        assert_eq!(
+            json(&out)["results"][0]["advisories"],
+            serde_json::json!([])
+        );
+    }
+}

@@ -88,6 +88,8 @@ pub fn evaluate_at(
             updated_at: None,
             state_file: Some(bad.file.display().to_string()),
             notes: loaded.notes.clone(),
+            advisories: Vec::new(),
+            upgrade: None,
         };
     }
     let Some(state) = &loaded.state else {
@@ -112,6 +114,8 @@ pub fn evaluate_at(
             updated_at: None,
             state_file: None,
             notes: loaded.notes.clone(),
+            advisories: Vec::new(),
+            upgrade: None,
         };
     };
     let this_boot = loaded.from.as_deref() == Some(live_copy);
@@ -202,6 +206,8 @@ pub fn evaluate_at(
         updated_at: Some(state.updated_at.clone()),
         state_file: loaded.from.as_ref().map(|p| p.display().to_string()),
         notes: loaded.notes.clone(),
+        advisories: state.advisories.clone(),
+        upgrade: state.upgrade.clone(),
     }
 }
 
