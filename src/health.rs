@@ -138,8 +138,14 @@ fn read_label(mut reader: impl BufRead, metric: &str, label: &str) -> Result<Str
 }
 
 /// The version in an `etcd_server_version{server_version="3.5.1"} 1` line.
+/// The label's value on a `metric{…label="X"…} 1` line; a sample of 0 is skipped (etcd
+/// keeps the old cluster version's line at 0 after the cluster version moved on).
 fn label_in(line: &str, metric: &str, label: &str) -> Option<String> {
     let labels = line.strip_prefix(metric)?;
+    let (_, sample) = labels.rsplit_once('}')?;
+    if sample.trim().parse::<f64>().ok()? == 0.0 {
+        return None;
+    }
     let (_, rest) = labels.split_once(&format!("{label}=\""))?;
     let (version, _) = rest.split_once('"')?;
     let plausible = !version.is_empty()
@@ -238,6 +244,21 @@ mod tests {
                 "server_version"
             ),
             None
+        );
+    }
+
+    #[test]
+    fn the_cluster_version_is_the_line_at_1_not_the_old_one_left_at_0() {
+        let after_upgrade = "HTTP/1.1 200 OK\r\n\r\n\
+            etcd_cluster_version{cluster_version=\"3.4\"} 0\n\
+            etcd_cluster_version{cluster_version=\"3.5\"} 1\n";
+        assert_eq!(
+            read_label(
+                after_upgrade.as_bytes(),
+                "etcd_cluster_version{",
+                "cluster_version"
+            ),
+            Ok("3.5".to_string())
         );
     }
 

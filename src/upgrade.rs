@@ -220,39 +220,21 @@ fn upgrade(
         "waiting-for-lock",
         &format!("waiting for the cluster lock {LOCK_NAME}"),
     );
-    let started = Instant::now();
-    let lock = loop {
-        let lock = client
-            .lock(LOCK_NAME, Duration::from_secs(60), args.lock_wait)
-            .map_err(|e| {
-                Failure::new(
-                    ReasonCode::Locked,
-                    format!(
-                        "the cluster lock {LOCK_NAME} was not ours within {:?}",
-                        args.lock_wait
-                    ),
-                )
-                .with_source(e)
-            })?;
-        let view = survey(&client, &node)?;
-        record.record.members = versions_of(&view);
-        rules::cluster(&view, installed, new)?;
-        if !rules::leader_must_wait(&view, new) {
-            break lock;
-        }
-        if started.elapsed() >= args.leader_wait {
-            hand_leadership_away(&client, &view)?;
-            break lock;
-        }
-        // The leader goes last: let the others take the lock first. Their progress is
-        // in etcd, which offers no event to await here: ask again shortly.
-        lock.release();
-        record.set(
-            "waiting-for-lock",
-            "this member leads; waiting for the other members to upgrade first",
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    };
+    let lock = take_turn(
+        &client,
+        &node,
+        installed,
+        new,
+        args.lock_wait,
+        args.leader_wait,
+        &mut |view| {
+            record.record.members = versions_of(view);
+            record.set(
+                "waiting-for-lock",
+                "this member leads; waiting for the other members to upgrade first",
+            );
+        },
+    )?;
     eprintln!(
         "etcd-setup upgrade: {} holds {LOCK_NAME}; upgrading {installed} -> {new}",
         node.name
@@ -293,6 +275,59 @@ fn upgrade(
         snap.display(),
         beside::previous_dir(install_dir).display()
     ))
+}
+
+/// Takes this member's turn: the cluster lock, with the cluster rules asked again under
+/// it. The leader goes last: while another member runs the old release it lets the lock
+/// go, calls `waiting` and asks again after 2 s, until `leader_wait` passed; then it
+/// hands leadership to another healthy member and goes on.
+pub fn take_turn(
+    client: &Client,
+    node: &Node,
+    installed: Version,
+    new: Version,
+    lock_wait: Duration,
+    leader_wait: Duration,
+    waiting: &mut dyn FnMut(&[MemberView]),
+) -> Result<etcd::ClusterLock, Failure> {
+    let started = Instant::now();
+    // The lock's session lives on the other members: this member's etcd restarts while
+    // the lock is held, and a session on it could end with it (then the lease is revoked
+    // and the next member would take the lock while this one is still down).
+    let others = node.peer_client_urls();
+    let locker = if others.is_empty() {
+        client.clone()
+    } else {
+        client.with_endpoints(others)
+    };
+    loop {
+        let lock = locker
+            .lock(LOCK_NAME, Duration::from_secs(60), lock_wait)
+            .map_err(|e| {
+                Failure::new(
+                    ReasonCode::Locked,
+                    format!(
+                        "the cluster lock {LOCK_NAME} was not ours within {} s",
+                        lock_wait.as_secs()
+                    ),
+                )
+                .with_source(e)
+            })?;
+        let view = survey(client, node)?;
+        rules::cluster(&view, installed, new)?;
+        if !rules::leader_must_wait(&view, new) {
+            return Ok(lock);
+        }
+        if started.elapsed() >= leader_wait {
+            hand_leadership_away(client, &view)?;
+            return Ok(lock);
+        }
+        lock.release();
+        waiting(&view);
+        // The others' progress is in etcd, which offers no event to await here: ask
+        // again shortly.
+        std::thread::sleep(Duration::from_secs(2));
+    }
 }
 
 /// The version this member's etcd runs, from `/metrics`: `upgrade-unhealthy` when it
@@ -343,13 +378,15 @@ pub fn survey(client: &Client, node: &Node) -> Result<Vec<MemberView>, Failure> 
     for m in &list.members {
         let endpoint = m.client_urls.first().cloned().unwrap_or_default();
         let answer = answers.iter().find(|(e, _)| *e == endpoint).map(|(_, a)| a);
-        let (healthy, version, leader) = match answer {
+        let (healthy, version, leader, problem) = match answer {
             Some(Ok((h, s))) => (
                 h.iter().all(|x| x.healthy) && !h.is_empty(),
                 s.first().and_then(|s| Version::parse(&s.version)),
                 s.first().is_some_and(|s| s.leader == m.id),
+                h.iter().find_map(|x| x.error.clone()),
             ),
-            _ => (false, None, false),
+            Some(Err(e)) => (false, None, false, Some(e.to_string())),
+            None => (false, None, false, Some("no client URL".into())),
         };
         view.push(MemberView {
             name: if m.name.is_empty() {
@@ -362,6 +399,11 @@ pub fn survey(client: &Client, node: &Node) -> Result<Vec<MemberView>, Failure> 
             healthy: healthy && !m.is_learner,
             is_leader: leader,
             is_self: m.id == own_id || m.peer_urls.iter().any(|u| node.is_own_peer_url(u)),
+            problem: if m.is_learner {
+                Some("a learner".into())
+            } else {
+                problem
+            },
         });
     }
     Ok(view)

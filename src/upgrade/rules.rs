@@ -30,6 +30,8 @@ pub struct MemberView {
     pub is_leader: bool,
     /// Whether it is this node's member.
     pub is_self: bool,
+    /// What was wrong when it is not healthy (etcd's or etcdctl's line).
+    pub problem: Option<String>,
 }
 
 /// The step from `installed` to `new`: refuses a downgrade (`upgrade-downgrade`) and a
@@ -75,7 +77,10 @@ pub fn cluster(members: &[MemberView], installed: Version, new: Version) -> Resu
     let sick: Vec<String> = members
         .iter()
         .filter(|m| !m.healthy || m.version.is_none())
-        .map(|m| format!("{} ({})", m.name, m.endpoint))
+        .map(|m| match &m.problem {
+            Some(p) => format!("{} ({}: {p})", m.name, m.endpoint),
+            None => format!("{} ({})", m.name, m.endpoint),
+        })
         .collect();
     if !sick.is_empty() {
         return Err(Failure::new(
@@ -132,6 +137,7 @@ mod tests {
             healthy: true,
             is_leader: leader,
             is_self: me,
+            problem: None,
         }
     }
 
