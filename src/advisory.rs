@@ -109,6 +109,23 @@ pub fn lines(version: &str) -> Vec<String> {
         .collect()
 }
 
+/// What `run` and `upgrade` do with `version`: its advisory lines (to record and show),
+/// or `known-bad-release` when it has any and `refuse` (`iso.refuse_known_bad`) is on.
+pub fn gate(version: &str, refuse: bool) -> Result<Vec<String>, crate::reason::Failure> {
+    let found = lines(version);
+    if refuse && !found.is_empty() {
+        return Err(crate::reason::Failure::new(
+            crate::reason::ReasonCode::KnownBadRelease,
+            format!(
+                "etcd {version} has a published data-safety advisory and iso.refuse_known_bad \
+                 is on; attach an ISO with a fixed release"
+            ),
+        )
+        .with_source(anyhow::anyhow!("{}", found.join("\n"))));
+    }
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +153,15 @@ mod tests {
             l.contains("fixed in 3.5.3") && l.contains("CHANGELOG"),
             "{l}"
         );
+    }
+
+    #[test]
+    fn the_gate_refuses_a_known_bad_release_only_when_told_to() {
+        assert_eq!(gate("3.5.1", false).unwrap().len(), 1);
+        let f = gate("3.5.1", true).unwrap_err();
+        assert_eq!(f.code, crate::reason::ReasonCode::KnownBadRelease);
+        assert!(f.message.contains("iso.refuse_known_bad"), "{f}");
+        assert!(gate("3.5.16", true).unwrap().is_empty());
     }
 
     #[test]

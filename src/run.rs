@@ -291,10 +291,8 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     )?;
     let release = validated.extracted;
     with(shared, |r| r.step("archive-pass-done"));
-    let advisories = crate::advisory::lines(&release.version);
-    if settings.refuse_known_bad && !advisories.is_empty() {
-        return Err(known_bad(&release.version, &advisories));
-    }
+    // A known-bad release is refused before anything is installed, or recorded.
+    let advisories = crate::advisory::gate(&release.version, settings.refuse_known_bad)?;
     for line in &advisories {
         with(shared, |r| r.log(4, line));
     }
@@ -341,18 +339,6 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         eject(&device, shared);
     }
     Ok(())
-}
-
-/// `known-bad-release` for `version`, naming its advisories and the key that refused it.
-pub fn known_bad(version: &str, advisories: &[String]) -> Failure {
-    Failure::new(
-        ReasonCode::KnownBadRelease,
-        format!(
-            "etcd {version} has a published data-safety advisory and iso.refuse_known_bad is on; \
-             attach an ISO with a fixed release"
-        ),
-    )
-    .with_source(anyhow::anyhow!("{}", advisories.join("\n")))
 }
 
 /// The state of an earlier run that succeeded, when what it installed is still there.

@@ -195,9 +195,8 @@ fn upgrade(
         )
     })?;
     record.record.to = new.to_string();
-    let advisories = advisory::lines(&release.version);
-    if settings.refuse_known_bad && !advisories.is_empty() {
-        return Err(crate::run::known_bad(&release.version, &advisories));
+    for line in advisory::gate(&release.version, settings.refuse_known_bad)? {
+        eprintln!("etcd-setup upgrade: warning: {line}");
     }
     if rules::versions(installed, new)? == Step::Nothing {
         record.set(
