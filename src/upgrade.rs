@@ -542,8 +542,28 @@ pub fn swap(
     phase: &mut dyn FnMut(&str),
 ) -> Result<(), Failure> {
     service.stop()?;
-    beside::keep_previous(install_dir)?;
-    install::install_binaries(release, install_dir)?;
+    // etcd is down from here: every way out starts it again.
+    if let Err(f) = beside::keep_previous(install_dir) {
+        // Nothing was replaced yet (an older keep, if any, is not this release).
+        let _ = service.start();
+        return Err(f);
+    }
+    if let Err(f) = install::install_binaries(release, install_dir) {
+        // Some binaries may be new already: the kept ones go back first.
+        let back = beside::rollback(install_dir);
+        let _ = service.start();
+        return Err(match back {
+            Ok(()) => f,
+            Err(b) => Failure::new(
+                ReasonCode::UpgradeRollbackFailed,
+                format!(
+                    "{}; and putting the old binaries back failed: {}",
+                    f.headline(),
+                    b.headline()
+                ),
+            ),
+        });
+    }
     phase("restarting");
     let stopped_at = Instant::now();
     let up = service.start().and_then(|()| {
