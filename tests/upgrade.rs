@@ -386,3 +386,37 @@ fn a_two_member_cluster_is_refused_and_a_downgrade_before_it() {
     let f = rules::versions(v("3.4.23"), v("3.4.22")).unwrap_err();
     assert_eq!(f.code, ReasonCode::UpgradeDowngrade);
 }
+
+#[test]
+fn a_leader_alone_hands_leadership_on_when_its_wait_is_over() {
+    let c = Cluster::start("3.5.16", 3, "upg-lead");
+    let client = c.client();
+    let status = client.endpoint_status().unwrap();
+    let leader = status[0].leader;
+    let i = status
+        .iter()
+        .position(|s| s.member_id == leader)
+        .expect("the leader answered");
+    let n = node(&c, i, &c.bin);
+    let t = Instant::now();
+    let lock = upgrade::take_turn(
+        &n.client(c.client_urls()),
+        &n,
+        v("3.5.16"),
+        v("3.5.30"),
+        WAIT,
+        Duration::ZERO,
+        &mut |_| panic!("a leader with no wait left waited"),
+    )
+    .unwrap();
+    let view = upgrade::survey(&n.client(c.client_urls()), &n).unwrap();
+    let me = view.iter().find(|m| m.is_self).unwrap();
+    assert!(!me.is_leader, "{} still leads: {view:?}", n.name);
+    assert!(view.iter().any(|m| m.is_leader), "no leader: {view:?}");
+    drop(lock);
+    println!(
+        "[upgrade] leadership handed on by {} in {:.1} s",
+        n.name,
+        t.elapsed().as_secs_f64()
+    );
+}
