@@ -10,7 +10,7 @@ use crate::archive::{Policy, Staging};
 use crate::cli::{CheckArgs, Format};
 use crate::reason::Failure;
 use crate::source::{self, Kind, Validated};
-use crate::{exit, output, printable};
+use crate::{advisory, exit, output, printable};
 use std::path::Path;
 
 /// `etcd-setup check`: the archive pass on each PATH, staged in a private temporary folder
@@ -105,7 +105,7 @@ fn check_text(path: &Path, outcome: &Result<Validated, Failure>) -> String {
                 }
                 Kind::Tarball => "tarball".to_string(),
             };
-            format!(
+            let mut text = format!(
                 "{shown}: ok: etcd {} linux-{}{} from {from}; sha256 {}; {} bytes compressed, {} \
                  unpacked, {} entries\n",
                 printable::line(&x.version),
@@ -115,7 +115,12 @@ fn check_text(path: &Path, outcome: &Result<Validated, Failure>) -> String {
                 x.compressed_bytes,
                 x.unpacked_bytes,
                 x.entries
-            )
+            );
+            // A known-bad release is still a valid one: a warning, the exit code stays.
+            for line in advisory::lines(&x.version) {
+                text.push_str(&format!("{shown}: warning: {}\n", printable::line(&line)));
+            }
+            text
         }
         Err(f) => {
             let mut text = format!("{shown}: FAILED: {}\n", printable::line(&f.headline()));
@@ -151,6 +156,7 @@ fn check_json(path: &Path, outcome: &Result<Validated, Failure>) -> serde_json::
                 "compressed_bytes": x.compressed_bytes,
                 "unpacked_bytes": x.unpacked_bytes,
                 "entries": x.entries,
+                "advisories": advisory::for_version(&x.version).iter().map(|a| advisory_json(a)).collect::<Vec<_>>(),
                 "reason": null,
             })
         }
@@ -164,4 +170,9 @@ fn check_json(path: &Path, outcome: &Result<Validated, Failure>) -> serde_json::
             },
         }),
     }
+}
+
+/// An advisory as `check` and `status` JSON show it.
+pub fn advisory_json(a: &advisory::Advisory) -> serde_json::Value {
+    serde_json::json!({ "id": a.id, "summary": a.summary, "source": a.source })
 }

@@ -50,6 +50,12 @@ pub enum Command {
     /// lock in etcd; recover from the NOSPACE alarm.
     #[command(after_help = exit::MAINTAIN.help())]
     Maintain(MaintainArgs),
+    /// Move this member to the etcd release of the newer Kubernetes ISO attached: one minor
+    /// version up at most, never down, every member healthy, a snapshot first, one member
+    /// at a time through a lock in etcd (the leader last), rolled back when the new etcd
+    /// does not come up. Safe to start on every node at once.
+    #[command(after_help = exit::UPGRADE.help())]
+    Upgrade(UpgradeArgs),
     /// The server behind the status socket, started by etcd-setup-status.socket; takes
     /// the socket from systemd (LISTEN_FDS) or binds --socket, exits when idle.
     #[command(hide = true)]
@@ -111,6 +117,30 @@ pub struct SnapshotArgs {
     #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
     pub config: PathBuf,
     /// State folders (the result is recorded in the persistent one).
+    #[command(flatten)]
+    pub dirs: StateDirs,
+}
+
+/// `etcd-setup upgrade`.
+#[derive(clap::Args, Debug)]
+pub struct UpgradeArgs {
+    /// The node's configuration (TOML).
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// How long to wait for the newer ISO to appear, e.g. "30s".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub iso_wait: Duration,
+    /// How long to wait for a run of etcd-setup holding the node's lock.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    pub lock_timeout: Duration,
+    /// How long to wait for the cluster lock (other members upgrading), e.g. "30min".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30min")]
+    pub lock_wait: Duration,
+    /// How long the leader lets the other members go first before it hands leadership
+    /// away and upgrades anyway.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10min")]
+    pub leader_wait: Duration,
+    /// State folders.
     #[command(flatten)]
     pub dirs: StateDirs,
 }

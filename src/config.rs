@@ -143,6 +143,9 @@ pub struct Settings {
     pub iso_wait: Duration,
     /// `iso.eject`: eject the disc when done.
     pub eject: bool,
+    /// `iso.refuse_known_bad`: refuse a release with a data-safety advisory
+    /// ([`crate::advisory`]) instead of installing it with a warning.
+    pub refuse_known_bad: bool,
     /// `install.dir`: where the etcd binaries go.
     pub install_dir: PathBuf,
     /// `report.failure_file`.

@@ -36,6 +36,21 @@ pub mod leave {
     pub const LOCKED: u8 = 5;
 }
 
+/// Exit codes of `etcd-setup upgrade`.
+pub mod upgrade {
+    /// This member runs the new release (or ran it already: nothing to do).
+    pub const OK: u8 = 0;
+    /// The upgrade failed (rolled back, or the rollback failed); the reason is printed.
+    pub const FAILED: u8 = 1;
+    /// The configuration file is missing or invalid.
+    pub const CONFIG: u8 = 3;
+    /// A run of etcd-setup, or the cluster lock, was not free in time.
+    pub const LOCKED: u8 = 5;
+    /// Refused by a rule (downgrade, too far, two members, unhealthy, another upgrade
+    /// half done, known-bad release); nothing was changed.
+    pub const REFUSED: u8 = 6;
+}
+
 /// Exit codes of `etcd-setup check`.
 pub mod check {
     /// Every path holds a valid etcd release for this machine.
@@ -156,6 +171,31 @@ pub const LEAVE: Table = Table {
     ],
 };
 
+/// `etcd-setup upgrade`.
+pub const UPGRADE: Table = Table {
+    command: "upgrade",
+    codes: &[
+        code(
+            upgrade::OK,
+            "this member runs the release of the attached ISO, confirmed healthy (or ran it already: nothing to do)",
+        ),
+        code(
+            upgrade::FAILED,
+            "the upgrade failed: the new etcd did not come up and the old one was put back (upgrade-rolled-back), or worse; the reason is printed",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(upgrade::CONFIG, "the configuration file is missing or invalid"),
+        code(
+            upgrade::LOCKED,
+            "a run of etcd-setup held the node's lock past --lock-timeout, or the cluster lock was not ours within --lock-wait",
+        ),
+        code(
+            upgrade::REFUSED,
+            "refused by a rule (upgrade-downgrade, upgrade-too-far, upgrade-two-members, upgrade-unhealthy, upgrade-in-progress, known-bad-release); nothing was changed",
+        ),
+    ],
+};
+
 /// `etcd-setup check`.
 pub const CHECK: Table = Table {
     command: "check",
@@ -271,7 +311,9 @@ pub const MAINTAIN: Table = Table {
 };
 
 /// Every command's table, in the README's order.
-pub const ALL: &[Table] = &[RUN, CHECK, STATUS, LEAVE, SNAPSHOT, RESTORE, MAINTAIN];
+pub const ALL: &[Table] = &[
+    RUN, CHECK, STATUS, LEAVE, SNAPSHOT, RESTORE, MAINTAIN, UPGRADE,
+];
 
 impl Table {
     /// The `--help` epilogue: `Exit codes of `run`:` and one line per code.

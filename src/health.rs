@@ -65,6 +65,22 @@ const VERSION_METRIC: &str = "etcd_server_version{";
 /// and stopped at the `etcd_server_version` line, within `deadline` in all (connect,
 /// write, every read) and [`MAX_METRICS`] bytes.
 pub fn server_version(addr: SocketAddr, deadline: Duration) -> Result<String, String> {
+    metric_label(addr, deadline, VERSION_METRIC, "server_version")
+}
+
+/// The cluster version (`etcd_cluster_version{cluster_version="3.5"}`) the etcd at `addr`
+/// reports on `/metrics`, bounded as [`server_version`] is.
+pub fn cluster_version(addr: SocketAddr, deadline: Duration) -> Result<String, String> {
+    metric_label(addr, deadline, "etcd_cluster_version{", "cluster_version")
+}
+
+/// The value of `label` on the first line of `metric` (`name{`) in `GET /metrics`.
+fn metric_label(
+    addr: SocketAddr,
+    deadline: Duration,
+    metric: &str,
+    label: &str,
+) -> Result<String, String> {
     let end = Instant::now() + deadline;
     let failed = |e: io::Error| format!("{addr}/metrics: {e}");
     let mut stream = TcpStream::connect_timeout(&addr, deadline).map_err(failed)?;
@@ -75,11 +91,15 @@ pub fn server_version(addr: SocketAddr, deadline: Duration) -> Result<String, St
     let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).map_err(failed)?;
     let reader = BufReader::new(Deadlined { stream, end }.take(MAX_METRICS));
-    read_version(reader).map_err(|e| format!("{addr}/metrics: {e}"))
+    read_label(reader, metric, label).map_err(|e| format!("{addr}/metrics: {e}"))
 }
 
 /// Finds the version in an HTTP reply to `GET /metrics`, reading no further than its line.
-pub fn read_version(mut reader: impl BufRead) -> Result<String, String> {
+pub fn read_version(reader: impl BufRead) -> Result<String, String> {
+    read_label(reader, VERSION_METRIC, "server_version")
+}
+
+fn read_label(mut reader: impl BufRead, metric: &str, label: &str) -> Result<String, String> {
     let mut line = Vec::new();
     let mut next = |line: &mut Vec<u8>| -> Result<bool, String> {
         line.clear();
@@ -107,17 +127,26 @@ pub fn read_version(mut reader: impl BufRead) -> Result<String, String> {
         }
     }
     while next(&mut line)? {
-        if let Some(version) = version_in(&String::from_utf8_lossy(&line)) {
+        if let Some(version) = label_in(&String::from_utf8_lossy(&line), metric, label) {
             return Ok(version);
         }
     }
-    Err("no etcd_server_version line in the first MiB".into())
+    Err(format!(
+        "no {} line in the first MiB",
+        metric.trim_end_matches('{')
+    ))
 }
 
 /// The version in an `etcd_server_version{server_version="3.5.1"} 1` line.
-fn version_in(line: &str) -> Option<String> {
-    let labels = line.strip_prefix(VERSION_METRIC)?;
-    let (_, rest) = labels.split_once("server_version=\"")?;
+/// The label's value on a `metric{…label="X"…} 1` line; a sample of 0 is skipped (etcd
+/// keeps the old cluster version's line at 0 after the cluster version moved on).
+fn label_in(line: &str, metric: &str, label: &str) -> Option<String> {
+    let labels = line.strip_prefix(metric)?;
+    let (_, sample) = labels.rsplit_once('}')?;
+    if sample.trim().parse::<f64>().ok()? == 0.0 {
+        return None;
+    }
+    let (_, rest) = labels.split_once(&format!("{label}=\""))?;
     let (version, _) = rest.split_once('"')?;
     let plausible = !version.is_empty()
         && version.len() <= 64
@@ -201,12 +230,35 @@ mod tests {
         assert!(e.contains("404"), "{e}");
         assert!(read_version("".as_bytes()).is_err());
         assert_eq!(
-            version_in("etcd_server_version{server_version=\"3.5.1\"} 1"),
+            label_in(
+                "etcd_server_version{server_version=\"3.5.1\"} 1",
+                VERSION_METRIC,
+                "server_version"
+            ),
             Some("3.5.1".into())
         );
         assert_eq!(
-            version_in("etcd_server_version{server_version=\"a b\"} 1"),
+            label_in(
+                "etcd_server_version{server_version=\"a b\"} 1",
+                VERSION_METRIC,
+                "server_version"
+            ),
             None
+        );
+    }
+
+    #[test]
+    fn the_cluster_version_is_the_line_at_1_not_the_old_one_left_at_0() {
+        let after_upgrade = "HTTP/1.1 200 OK\r\n\r\n\
+            etcd_cluster_version{cluster_version=\"3.4\"} 0\n\
+            etcd_cluster_version{cluster_version=\"3.5\"} 1\n";
+        assert_eq!(
+            read_label(
+                after_upgrade.as_bytes(),
+                "etcd_cluster_version{",
+                "cluster_version"
+            ),
+            Ok("3.5".to_string())
         );
     }
 

@@ -5,6 +5,7 @@
 //! arguments and maps outcomes to exit codes and reasons.
 #![deny(missing_docs)]
 
+pub mod advisory;
 pub mod archive;
 pub mod check;
 pub mod cli;
@@ -28,6 +29,7 @@ pub mod source;
 pub mod status;
 pub mod systemd;
 pub mod unit;
+pub mod upgrade;
 pub mod upkeep;
 
 /// The agent's version with the git commit it was built from, e.g. `0.1.0 (3f2a9c1d0e4b)`.

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Command::Snapshot(args) => etcd_setup::upkeep::snapshot::command(&args),
         Command::Restore(args) => etcd_setup::upkeep::restore::command(&args),
         Command::Maintain(args) => etcd_setup::upkeep::maintain::command(&args),
+        Command::Upgrade(args) => etcd_setup::upgrade::command(&args),
         Command::ServeStatus(args) => etcd_setup::status::server::command(&args),
     };
     ExitCode::from(code)

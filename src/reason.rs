@@ -57,6 +57,24 @@ pub enum ReasonCode {
     LeaveRefused,
     /// Removing this member failed.
     LeaveFailed,
+    /// The release has a published data-safety advisory and `iso.refuse_known_bad` is on.
+    KnownBadRelease,
+    /// `upgrade`: the attached release is older than the one running.
+    UpgradeDowngrade,
+    /// `upgrade`: the attached release is more than one minor version up, or another major.
+    UpgradeTooFar,
+    /// `upgrade`: a two-member cluster loses its quorum while one member restarts.
+    UpgradeTwoMembers,
+    /// `upgrade`: a member (this one or another) is not healthy, or did not answer.
+    UpgradeUnhealthy,
+    /// `upgrade`: a member runs a third release: another upgrade is half done.
+    UpgradeInProgress,
+    /// `upgrade`: the snapshot before the upgrade failed; nothing was changed.
+    UpgradeSnapshotFailed,
+    /// `upgrade`: the new etcd did not come up; the old binaries were put back and run.
+    UpgradeRolledBack,
+    /// `upgrade`: the new etcd did not come up, and the old one put back did not either.
+    UpgradeRollbackFailed,
     /// The run was stopped by a signal before it finished.
     Interrupted,
     /// A bug or an unexpected condition in etcd-setup itself.
@@ -105,6 +123,15 @@ impl ReasonCode {
         ReasonCode::LearnerStalled,
         ReasonCode::LeaveRefused,
         ReasonCode::LeaveFailed,
+        ReasonCode::KnownBadRelease,
+        ReasonCode::UpgradeDowngrade,
+        ReasonCode::UpgradeTooFar,
+        ReasonCode::UpgradeTwoMembers,
+        ReasonCode::UpgradeUnhealthy,
+        ReasonCode::UpgradeInProgress,
+        ReasonCode::UpgradeSnapshotFailed,
+        ReasonCode::UpgradeRolledBack,
+        ReasonCode::UpgradeRollbackFailed,
         ReasonCode::Interrupted,
         ReasonCode::InternalError,
         ReasonCode::StateUnreadable,
@@ -142,6 +169,15 @@ impl ReasonCode {
             ReasonCode::LearnerStalled => "learner-stalled",
             ReasonCode::LeaveRefused => "leave-refused",
             ReasonCode::LeaveFailed => "leave-failed",
+            ReasonCode::KnownBadRelease => "known-bad-release",
+            ReasonCode::UpgradeDowngrade => "upgrade-downgrade",
+            ReasonCode::UpgradeTooFar => "upgrade-too-far",
+            ReasonCode::UpgradeTwoMembers => "upgrade-two-members",
+            ReasonCode::UpgradeUnhealthy => "upgrade-unhealthy",
+            ReasonCode::UpgradeInProgress => "upgrade-in-progress",
+            ReasonCode::UpgradeSnapshotFailed => "upgrade-snapshot-failed",
+            ReasonCode::UpgradeRolledBack => "upgrade-rolled-back",
+            ReasonCode::UpgradeRollbackFailed => "upgrade-rollback-failed",
             ReasonCode::Interrupted => "interrupted",
             ReasonCode::InternalError => "internal-error",
             ReasonCode::StateUnreadable => "state-unreadable",

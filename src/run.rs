@@ -292,9 +292,15 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     .map_err(|f| crate::discover::removed_while_read(&device, f))?;
     let release = validated.extracted;
     with(shared, |r| r.step("archive-pass-done"));
+    // A known-bad release is refused before anything is installed, or recorded.
+    let advisories = crate::advisory::gate(&release.version, settings.refuse_known_bad)?;
+    for line in &advisories {
+        with(shared, |r| r.log(4, line));
+    }
     with(shared, |r| {
         r.state.sha256 = Some(release.sha256_hex());
         r.state.etcd_version = Some(release.version.clone());
+        r.state.advisories = advisories.clone();
         r.enter(
             Phase::Installing,
             &format!(

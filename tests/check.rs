@@ -252,7 +252,16 @@ fn a_label_with_a_newline_and_an_escape_cannot_forge_a_check_line() {
     let out = check(&[], &[&iso]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 1, "{text}");
+    // One `ok` line (3.5.1 also gets its advisory's warning line), every line this
+    // input's own: no line starts with the label's forged `evil.iso: ok`.
+    let own = format!("{}: ", iso.display());
+    assert!(text.lines().all(|l| l.starts_with(&own)), "{text}");
+    let ok = format!("{own}ok: ");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with(&ok)).count(),
+        1,
+        "{text}"
+    );
     assert!(!text.contains('\x1b'), "{text:?}");
     assert!(
         text.contains(
@@ -438,4 +447,37 @@ fn an_empty_archive_path_is_refused_by_the_command_line() {
         err.contains("the path of the tarball inside the ISO cannot be empty"),
         "{err}"
     );
+}
+
+#[test]
+fn warns_of_the_3_5_1_advisory_and_keeps_exit_0_but_not_for_3_4_23_3_5_16_or_3_5_30() {
+    let bad = input("etcd-v3.5.1-linux-amd64.tar.gz");
+    let out = check(&[], &[&bad]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(": warning: etcd 3.5.1: not recommended for production: data inconsistency")
+            && text.contains("fixed in 3.5.3")
+            && text.contains("CHANGELOG"),
+        "{text}"
+    );
+    let out = check(&["--format", "json"], &[&bad]);
+    let doc = json(&out);
+    assert_eq!(
+        doc["results"][0]["advisories"][0]["id"],
+        "etcd-3.5-data-inconsistency"
+    );
+    for good in ["3.4.23", "3.5.16", "3.5.30"] {
+        let tarball = input(&format!("etcd-v{good}-linux-amd64.tar.gz"));
+        let out = check(&[], &[&tarball]);
+        assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+        let text = stdout(&out);
+        assert!(text.contains(&format!(": ok: etcd {good} ")), "{text}");
+        assert!(!text.contains("warning"), "{good}: {text}");
+        let out = check(&["--format", "json"], &[&tarball]);
+        assert_eq!(
+            json(&out)["results"][0]["advisories"],
+            serde_json::json!([])
+        );
+    }
 }

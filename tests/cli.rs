@@ -1,4 +1,4 @@
-//! The command line of `run` itself, and its lock seen from a second caller (its other
+//! The command line of `run` and `upgrade` themselves, and the lock seen from a second caller (its other
 //! exit codes need a node: tests/vm_run.rs).
 
 use std::process::Command;
@@ -176,4 +176,71 @@ fn a_tls_file_under_home_is_config_invalid_before_any_wait() {
     let state = std::fs::read_to_string(run.join("state.json")).expect("live state");
     assert!(!state.contains("waiting-for-iso"), "{state}");
     assert!(!run.join("run.lock").exists(), "the lock was taken");
+}
+
+#[test]
+fn upgrade_help_lists_every_exit_code() {
+    let out = etcd_setup(&["upgrade", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "0  this member runs the release of the attached ISO",
+        "1  the upgrade failed",
+        "3  the configuration file is missing or invalid",
+        "5  a run of etcd-setup held the node's lock",
+        "6  refused by a rule",
+    ] {
+        assert!(text.contains(line), "--help lacks {line:?}:\n{text}");
+    }
+}
+
+/// No etcd answers on this node: the upgrade is refused (exit 6, upgrade-unhealthy)
+/// before it looks for a disc or touches install.dir (the default /opt/bin is only named),
+/// and the node's state records the refusal for `status`.
+#[test]
+fn upgrade_without_a_running_etcd_is_refused_and_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (run, lib) = (dir.path().join("run"), dir.path().join("lib"));
+    // A loopback port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nname = \"etcd-1\"\nip = \"127.0.0.1\"\n\
+             [etcd]\ninitial_cluster = \"etcd-1=http://127.0.0.1:2380\"\ncluster_token = \"t\"\n\
+             metrics_port = {port}\n\
+             [report]\nfailure_file = \"{}\"\nowner = \"root\"\n",
+            dir.path().join("failed").display()
+        ),
+    )
+    .expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+        .args(["upgrade", "--config"])
+        .arg(&config)
+        .arg("--run-dir")
+        .arg(&run)
+        .arg("--state-dir")
+        .arg(&lib)
+        .output()
+        .expect("run etcd-setup upgrade");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(
+        stderr.contains("upgrade-unhealthy: this member's etcd does not tell its version"),
+        "{stderr}"
+    );
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("state.json")).expect("state.json"))
+            .expect("state JSON");
+    assert_eq!(state["upgrade"]["phase"], "refused", "{state}");
+    assert!(state["upgrade"]["progress"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("upgrade-unhealthy"));
+    // Refused before anything else: no disc was looked for, no staging folder made.
+    assert!(!stderr.contains("iso"), "{stderr}");
 }

@@ -1247,3 +1247,226 @@ fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers() {
         t_all.elapsed().as_secs_f64()
     ));
 }
+
+/// `etcd-setup upgrade` through `remote`, the leader waiting at most `leader_wait` for
+/// the others; its exit code, stdout and stderr.
+fn upgrade_on(remote: &Remote, limit: Duration, leader_wait: &str) -> (i32, String, String) {
+    let out = remote.run(
+        limit,
+        &format!("sudo etcd-setup upgrade --lock-wait 20min --leader-wait {leader_wait}"),
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The platform detaches the ISO node `i` has (forced: the guest holds the tray locked)
+/// and attaches `iso`, as CloudStack swaps the one ISO of a VM.
+fn swap_disc(c: &mut Cluster, i: usize, iso: &std::path::Path) {
+    let vm = c.nodes[i].vm.as_mut().expect("the node has a VM");
+    vm.eject_cdrom();
+    vm.insert_cdrom(iso);
+    report(&format!(
+        "cluster c4: {} attached to {}",
+        iso.file_name().unwrap_or_default().to_string_lossy(),
+        c.nodes[i].name
+    ));
+}
+
+/// Each member's version as `etcdctl endpoint status` on node `via` sees it.
+fn versions(c: &Cluster, via: usize) -> Vec<String> {
+    let v: Value = serde_json::from_str(&c.etcdctl(via, "endpoint status -w json"))
+        .expect("endpoint status JSON");
+    v.as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|e| e["Status"]["version"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// A Kubernetes ISO whose etcd tarball has 3.5.30's layout but an `etcd` that exits at
+/// once (the guest's `false`, a real x86-64 ELF, passes the archive pass).
+fn iso_with_an_etcd_that_exits(dir: &std::path::Path) -> std::path::PathBuf {
+    let top = dir.join("pack/etcd-v3.5.30-linux-amd64");
+    std::fs::create_dir_all(top.join("Documentation")).unwrap();
+    let real = support::etcd::release("3.5.30");
+    for b in ["etcdctl", "etcdutl"] {
+        std::fs::copy(real.join(b), top.join(b)).unwrap();
+    }
+    std::fs::copy("/bin/false", top.join("etcd")).unwrap();
+    std::fs::write(top.join("README.md"), "# an etcd that exits at once\n").unwrap();
+    std::fs::write(top.join("Documentation/README.md"), "# docs\n").unwrap();
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(tree.join("etcd")).unwrap();
+    std::fs::create_dir_all(tree.join("k8s")).unwrap();
+    std::fs::write(tree.join("k8s/version"), "v1.33.0\n").unwrap();
+    let st = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(dir.join("pack"))
+        .args(["--owner=0", "--group=0", "--numeric-owner", "-czf"])
+        .arg(tree.join("etcd/etcd-linux-amd64.tar.gz"))
+        .arg("etcd-v3.5.30-linux-amd64")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let iso = dir.join("k8s-etcd-exits.iso");
+    support::inputs::make_iso(&tree, "K8S_BROKEN", &iso);
+    iso
+}
+
+/// Day 2 upgrade: three members on Debian's 3.4.23 with keys; the 3.5.16 ISO attached to
+/// every node and `etcd-setup upgrade` started on all three at once: they go one at a
+/// time, the leader last, and the cluster ends on 3.5 with its keys and three voters.
+/// Then a downgrade (the 3.4.23 ISO again) is refused with etcd untouched, and an etcd
+/// that exits at once is rolled back, the member healthy on 3.5.16.
+#[test]
+fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled_back() {
+    let mut c = Cluster::boot("c4", None);
+    await_all_waiting_for_iso(&c, 0.0);
+    let mut inserted = Vec::new();
+    for i in 0..3 {
+        inserted.push(c.insert(i, "k8s-etcd-3.4.23.iso"));
+    }
+    for (i, n) in c.nodes.iter().enumerate() {
+        let s = n.await_sample(inserted[i], Duration::from_secs(600), |s| {
+            s.answered() && s.verdict != "in-progress"
+        });
+        assert_eq!(s.verdict, "running", "{}: {s:?}", n.name);
+    }
+    for k in 0..20 {
+        let out = c.etcdctl(0, &format!("put /upgrade/k{k} v{k}"));
+        assert!(out.contains("OK"), "{out}");
+    }
+    assert_eq!(versions(&c, 0), ["3.4.23"; 3]);
+
+    let t_add = Instant::now();
+    let newer = support::inputs::isos().join("k8s-etcd-3.5.16.iso");
+    for i in 0..3 {
+        swap_disc(&mut c, i, &newer);
+    }
+    let t0 = unix_now();
+    let remotes: Vec<Remote> = c.nodes.iter().map(Node::remote).collect();
+    let results: Vec<(String, f64, (i32, String, String))> = std::thread::scope(|s| {
+        let handles: Vec<_> = remotes
+            .iter()
+            .map(|r| {
+                s.spawn(move || {
+                    let out = upgrade_on(r, Duration::from_secs(1500), "10min");
+                    (r.name.clone(), unix_now() - t0, out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (name, took, (code, out, err)) in &results {
+        report(&format!(
+            "cluster c4: upgrade on {name}: exit {code} after {took:.1} s: {} | {}",
+            out.trim(),
+            err.trim().replace('\n', " | ")
+        ));
+        assert_eq!(*code, 0, "{name}: {out}\n{err}");
+    }
+    // The rolling order and each member's downtime, from what each node printed.
+    let mut order: Vec<(f64, String, String)> = results
+        .iter()
+        .map(|(name, took, (_, _, err))| {
+            let down = err
+                .lines()
+                .find(|l| l.contains("healthy") && l.contains("after its start"))
+                .unwrap_or("?")
+                .to_string();
+            (*took, name.clone(), down)
+        })
+        .collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (took, name, down) in &order {
+        report(&format!(
+            "cluster c4: rolling order: {name} done at +{took:.1} s ({down})"
+        ));
+    }
+    assert_eq!(versions(&c, 0), ["3.5.16"; 3]);
+    let long = c.nodes[0].vm().ssh_ok("etcd-setup status --long");
+    report(&format!(
+        "cluster c4: status after the upgrade: {}",
+        long.lines()
+            .filter(|l| l.starts_with("upgrade:") || l.starts_with("cluster:"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    ));
+    // etcd's leader moves the cluster version a few seconds after the last member runs
+    // 3.5: asked once a second in the guest (no event to await), at most 60 s.
+    let cluster_version = c.nodes[0].vm().ssh_ok(
+        "for i in $(seq 60); do \
+           m=$(exec 3<>/dev/tcp/127.0.0.1/2381 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 \
+               && grep '^etcd_cluster_version' <&3); \
+           case $m in *'cluster_version=\"3.5\"} 1'*) break ;; esac; sleep 1; \
+         done; echo \"$m\"",
+    );
+    report(&format!(
+        "cluster c4: {}",
+        cluster_version.trim().replace('\n', " ")
+    ));
+    assert!(
+        cluster_version.contains("cluster_version=\"3.5\"} 1"),
+        "{cluster_version}"
+    );
+    for k in 0..20 {
+        let got = c.etcdctl(1, &format!("get --print-value-only /upgrade/k{k}"));
+        assert_eq!(got.trim(), format!("v{k}"));
+    }
+    let members = members(&c, 2);
+    assert_eq!(members.len(), 3, "{members:?}");
+    assert!(members.iter().all(|m| m.2), "not three voters: {members:?}");
+    let health = c.etcdctl(0, "endpoint health");
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+    report(&format!(
+        "cluster c4: 3.4.23 -> 3.5.16 on three nodes started at once: {:.1} s",
+        t_add.elapsed().as_secs_f64()
+    ));
+
+    // A downgrade: refused, etcd untouched.
+    let t = Instant::now();
+    swap_disc(
+        &mut c,
+        0,
+        &support::inputs::isos().join("k8s-etcd-3.4.23.iso"),
+    );
+    let pid = c.nodes[0]
+        .vm()
+        .ssh_ok("systemctl show -p MainPID --value etcd");
+    // Alone, the node does not wait for others as a leader would: it hands leadership on.
+    let (code, out, err) = upgrade_on(&c.nodes[0].remote(), Duration::from_secs(300), "0s");
+    assert_eq!(code, 6, "{out}\n{err}");
+    assert!(err.contains("upgrade-downgrade"), "{err}");
+    assert_eq!(
+        c.nodes[0]
+            .vm()
+            .ssh_ok("systemctl show -p MainPID --value etcd"),
+        pid,
+        "etcd was restarted by a refused downgrade"
+    );
+    report(&format!(
+        "cluster c4: downgrade refused in {:.1} s: {}",
+        t.elapsed().as_secs_f64(),
+        err.trim()
+    ));
+
+    // A release whose etcd exits at once: rolled back, healthy on 3.5.16.
+    let t = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let iso = iso_with_an_etcd_that_exits(dir.path());
+    swap_disc(&mut c, 0, &iso);
+    let (code, out, err) = upgrade_on(&c.nodes[0].remote(), Duration::from_secs(900), "0s");
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("upgrade-rolled-back"), "{err}");
+    assert_eq!(versions(&c, 0), ["3.5.16"; 3]);
+    let health = c.etcdctl(0, "endpoint health");
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+    report(&format!(
+        "cluster c4: an etcd that exits rolled back in {:.1} s: {}",
+        t.elapsed().as_secs_f64(),
+        err.trim().replace('\n', " | ")
+    ));
+}

@@ -267,6 +267,7 @@ impl Checker<'_> {
         let iso_wait =
             self.duration("iso.wait", iso.wait, Duration::from_secs(10 * 60), MAX_WAIT)?;
         let eject = self.boolean("iso.eject", iso.eject, false)?;
+        let refuse_known_bad = self.boolean("iso.refuse_known_bad", iso.refuse_known_bad, false)?;
 
         // [install]
         let install_dir = match self.string("install.dir", install.dir)? {
@@ -347,6 +348,7 @@ impl Checker<'_> {
             sha256,
             iso_wait,
             eject,
+            refuse_known_bad,
             install_dir,
             failure_file,
             failure_owner,

@@ -200,6 +200,7 @@ pub(super) struct RawIso {
     pub(super) sha256: Option<Value>,
     pub(super) wait: Option<Value>,
     pub(super) eject: Option<Value>,
+    pub(super) refuse_known_bad: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]

@@ -82,6 +82,7 @@ fn the_documented_example_parses_to_its_typed_values() {
         sha256: Some(digest),
         iso_wait: Duration::from_secs(600),
         eject: false,
+        refuse_known_bad: true,
         install_dir: "/opt/bin".into(),
         failure_file: "/home/cloud/etcd-setup-failed".into(),
         failure_owner: "cloud".into(),

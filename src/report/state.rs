@@ -128,6 +128,35 @@ pub struct State {
     /// restarts since from it. `null` before `running`, and in states of older agents.
     #[serde(default)]
     pub confirmed_n_restarts: Option<u32>,
+    /// The data-safety advisories of the installed release ([`crate::advisory`]), one
+    /// operator line each; empty for a release without any, and in older agents' states.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advisories: Vec<String>,
+    /// The last or current `etcd-setup upgrade` on this node; `null` when none ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeRecord>,
+}
+
+/// Where an `etcd-setup upgrade` is or ended, and the cluster's versions it saw last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpgradeRecord {
+    /// `waiting-for-lock`, `snapshot`, `installing`, `restarting`, `confirming`,
+    /// `rolling-back`, `done`, `rolled-back` or `refused`.
+    pub phase: String,
+    /// The release the member ran before.
+    pub from: String,
+    /// The release it moves to.
+    pub to: String,
+    /// A human line, e.g. why it was refused.
+    pub progress: String,
+    /// Each member's etcd version as `endpoint status` reported it, `name=version`.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// The cluster version from etcd's `/metrics` (`etcd_cluster_version`), e.g. `3.5.0`.
+    #[serde(default)]
+    pub cluster_version: Option<String>,
+    /// When this record last changed, RFC 3339.
+    pub updated_at: String,
 }
 
 impl State {
@@ -158,6 +187,8 @@ impl State {
             updated_unix_ms: unix_ms(now),
             member_name: None,
             confirmed_n_restarts: None,
+            advisories: Vec::new(),
+            upgrade: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The protocol's messages: the request, the answer (JSON schema 1) and error replies.
 
 use crate::exit::status as exit;
-use crate::report::{Phase, PhaseStamp, Reason, SnapshotFailure, SnapshotTaken};
+use crate::report::{Phase, PhaseStamp, Reason, SnapshotFailure, SnapshotTaken, UpgradeRecord};
 use serde::{Deserialize, Serialize};
 
 /// A request: one line of JSON.
@@ -160,6 +160,14 @@ pub struct Answer {
     /// What is not a failure but wants attention: a stale or failed snapshot, ...
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// The data-safety advisories of the installed release, one line each (etcd
+    /// 3.5.0–3.5.2, say); absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advisories: Vec<String>,
+    /// The last or current `etcd-setup upgrade`: its phase, the versions, each member's
+    /// version and the cluster version it saw; absent when none ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeRecord>,
 }
 
 /// etcd's space, from its `/metrics`.

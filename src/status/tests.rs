@@ -467,3 +467,50 @@ fn the_json_of_an_answer_is_byte_for_byte_the_recorded_one() {
     let expected = format!("{}{added}", recorded.strip_suffix('}').unwrap());
     assert_eq!(line.trim_end(), expected, "\n{line}");
 }
+
+#[test]
+fn an_advisory_and_an_upgrade_under_way_show_in_json_and_text() {
+    let mut s = confirmed(Some(0));
+    s.advisories = crate::advisory::lines("3.5.1");
+    s.upgrade = Some(crate::report::UpgradeRecord {
+        phase: "waiting-for-lock".into(),
+        from: "3.5.1".into(),
+        to: "3.5.16".into(),
+        progress: "waiting for the cluster lock etcd-setup/upgrade".into(),
+        members: vec!["etcd-1=3.5.1".into(), "etcd-2=3.5.16".into()],
+        cluster_version: Some("3.5.0".into()),
+        updated_at: "2026-05-28T20:26:49Z".into(),
+    });
+    let live = active(0, Duration::from_secs(3600), Health::Healthy, Some("3.5.1"));
+    let a = eval_now(s, &live);
+    let json: serde_json::Value =
+        serde_json::from_slice(&Reply::Answer(Box::new(a.clone())).to_line()).unwrap();
+    assert!(json["advisories"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("etcd 3.5.1: not recommended for production"));
+    assert_eq!(json["upgrade"]["phase"], "waiting-for-lock");
+    assert_eq!(json["upgrade"]["members"][1], "etcd-2=3.5.16");
+    let line = text_line(&a);
+    assert!(
+        line.contains("; upgrading 3.5.1 -> 3.5.16: waiting-for-lock; advisory: etcd 3.5.1:"),
+        "{line}"
+    );
+    let long = text_long(&a);
+    assert!(
+        long.contains("\nadvisory: etcd 3.5.1: not recommended"),
+        "{long}"
+    );
+    assert!(
+        long.contains("\nupgrade:  waiting-for-lock 3.5.1 -> 3.5.16 (waiting for the cluster lock"),
+        "{long}"
+    );
+    assert!(
+        long.contains("\ncluster:  version 3.5.0; members etcd-1=3.5.1, etcd-2=3.5.16\n"),
+        "{long}"
+    );
+    // A finished upgrade is history: the one line does not say "upgrading".
+    let mut done = a.clone();
+    done.upgrade.as_mut().unwrap().phase = "done".into();
+    assert!(!text_line(&done).contains("upgrading"));
+}

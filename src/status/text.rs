@@ -13,6 +13,22 @@ pub fn text_line(a: &Answer) -> String {
 }
 
 fn raw_line(a: &Answer) -> String {
+    let mut line = verdict_line(a);
+    if let Some(u) = a.upgrade.as_ref().filter(|u| !upgrade_ended(&u.phase)) {
+        line.push_str(&format!("; upgrading {} -> {}: {}", u.from, u.to, u.phase));
+    }
+    if !a.advisories.is_empty() {
+        line.push_str(&format!("; advisory: {}", a.advisories.join("; ")));
+    }
+    line
+}
+
+/// Whether an upgrade record's phase is final (nothing under way).
+fn upgrade_ended(phase: &str) -> bool {
+    matches!(phase, "done" | "rolled-back" | "refused" | "failed")
+}
+
+fn verdict_line(a: &Answer) -> String {
     match a.verdict {
         Verdict::Running => {
             let (state, health, restarts) = a.etcd.as_ref().map_or_else(
@@ -104,6 +120,28 @@ fn raw_long(a: &Answer) -> String {
         "etcd:     {}\n",
         printable::line(&versions_text(a))
     ));
+    for adv in &a.advisories {
+        out.push_str(&format!("advisory: {}\n", printable::line(adv)));
+    }
+    if let Some(u) = &a.upgrade {
+        out.push_str(&format!(
+            "upgrade:  {} {} -> {} ({}) at {}\n",
+            printable::line(&u.phase),
+            printable::line(&u.from),
+            printable::line(&u.to),
+            printable::line(&u.progress),
+            printable::line(&u.updated_at)
+        ));
+        out.push_str(&format!(
+            "cluster:  version {}; members {}\n",
+            printable::line(u.cluster_version.as_deref().unwrap_or("-")),
+            if u.members.is_empty() {
+                "-".to_string()
+            } else {
+                printable::line(&u.members.join(", "))
+            }
+        ));
+    }
     match &a.etcd {
         Some(e) => out.push_str(&format!(
             "unit:     etcd.service {}/{}, {} restart(s){}, active since {}; {}\n",

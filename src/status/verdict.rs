@@ -183,6 +183,8 @@ pub fn evaluate_at(
         alarms,
         snapshot: None,
         warnings: Vec::new(),
+        advisories: state.advisories.clone(),
+        upgrade: state.upgrade.clone(),
     }
 }
 
@@ -218,6 +220,8 @@ fn without_state(
         alarms: Vec::new(),
         snapshot: None,
         warnings: Vec::new(),
+        advisories: Vec::new(),
+        upgrade: None,
     }
 }
 

@@ -1,0 +1,422 @@
+//! `etcd_setup::upgrade` against real etcd on loopback: three members of Debian's 3.4.23
+//! upgraded to 3.5.16 by three threads at once go one at a time through the lock in etcd,
+//! the leader last, and end on cluster version 3.5 with their keys; a release whose `etcd`
+//! exits at once is rolled back to the old binaries, which run healthy; a two-member
+//! cluster is refused. etcd is a child process here (the [`Service`] the node's systemd
+//! is on a VM); everything else is the code `etcd-setup upgrade` runs.
+mod support;
+
+use etcd_setup::advisory::Version;
+use etcd_setup::archive::{Extracted, Policy};
+use etcd_setup::health;
+use etcd_setup::lifecycle::Node;
+use etcd_setup::reason::{Failure, ReasonCode};
+use etcd_setup::upgrade::{self, beside, rules, Service};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use support::etcd::Cluster;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// One member run from its own install folder, as etcd.service runs `install.dir/etcd`.
+struct ChildEtcd {
+    install: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Mutex<Option<Child>>,
+}
+
+impl ChildEtcd {
+    fn new(c: &Cluster, i: usize, install: &Path) -> ChildEtcd {
+        let (client, peer) = (c.client_url(i), c.peer_url(i));
+        let m = &c.members[i];
+        let args = vec![
+            "--logger=zap".to_string(),
+            format!("--name={}", m.name),
+            format!("--data-dir={}", m.data_dir.display()),
+            format!("--listen-client-urls={client}"),
+            format!("--advertise-client-urls={client}"),
+            format!("--listen-peer-urls={peer}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+            format!("--initial-cluster={}", c.initial_cluster_arg()),
+            "--initial-cluster-state=new".into(),
+            format!("--initial-cluster-token={}", c.token),
+            "--heartbeat-interval=50".into(),
+            "--election-timeout=500".into(),
+        ];
+        ChildEtcd {
+            install: install.to_path_buf(),
+            args,
+            log: install.with_extension("log"),
+            child: Mutex::new(None),
+        }
+    }
+}
+
+impl Service for ChildEtcd {
+    fn stop(&self) -> Result<(), Failure> {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = c.wait();
+        }
+        Ok(())
+    }
+
+    fn start(&self) -> Result<(), Failure> {
+        use std::os::unix::process::CommandExt;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut cmd = Command::new(self.install.join("etcd"));
+        cmd.env_clear()
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        // SAFETY: only the async-signal-safe prctl between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Some(nix::sys::signal::Signal::SIGKILL))
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = spawn(cmd)
+            .map_err(|e| Failure::new(ReasonCode::EtcdStartFailed, format!("spawn: {e}")))?;
+        *self.child.lock().unwrap() = Some(child);
+        Ok(())
+    }
+}
+
+/// Spawns `cmd` from one thread that lives as long as the test process: the child's
+/// parent-death signal belongs to the spawning thread, and the upgrade threads end before
+/// the test looks at the cluster they left.
+fn spawn(cmd: Command) -> std::io::Result<Child> {
+    type Job = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let tx = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            for (mut cmd, reply) in rx {
+                let _ = reply.send(cmd.spawn());
+            }
+        });
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    tx.lock().unwrap().send((cmd, reply)).unwrap();
+    answer.recv().unwrap()
+}
+
+impl Drop for ChildEtcd {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Member `i` as its node sees itself, with the etcdctl of its install folder.
+fn node(c: &Cluster, i: usize, install: &Path) -> Node {
+    Node {
+        name: c.members[i].name.clone(),
+        peer_urls: vec![c.peer_url(i)],
+        initial_cluster: c.initial_cluster(),
+        token: c.token.clone(),
+        client_port: c.client_port,
+        client_tls: None,
+        data_dir: c.members[i].data_dir.clone(),
+        etcdctl: install.join("etcdctl"),
+    }
+}
+
+/// An install folder holding the binaries of `release_dir`, as `run` left it.
+fn install_from(release_dir: &Path, install: &Path) {
+    std::fs::create_dir_all(install).unwrap();
+    for b in ["etcd", "etcdctl", "etcdutl"] {
+        let from = release_dir.join(b);
+        if from.is_file() {
+            std::fs::copy(&from, install.join(b)).unwrap();
+        }
+    }
+}
+
+/// `tarball` validated and staged inside `install`, as `upgrade` stages the ISO's.
+fn staged(tarball: &Path, install: &Path) -> Extracted {
+    etcd_setup::source::validate_path(
+        tarball,
+        etcd_setup::source::DEFAULT_ARCHIVE_PATH,
+        install,
+        &Policy::default(),
+    )
+    .unwrap_or_else(|f| panic!("{}: {f}", tarball.display()))
+    .extracted
+}
+
+/// The cluster `c`'s members moved onto child processes run from install folders of
+/// release `version` under `c.dir()`.
+fn adopt(c: &mut Cluster, version: &str) -> Vec<(PathBuf, ChildEtcd)> {
+    let rel = support::etcd::release(version);
+    let mut out = Vec::new();
+    for i in 0..c.members.len() {
+        c.kill(i);
+        let install = c.dir().join(format!("opt-{}", c.members[i].name));
+        install_from(&rel, &install);
+        let svc = ChildEtcd::new(c, i, &install);
+        out.push((install, svc));
+    }
+    for (_, svc) in &out {
+        svc.start().unwrap();
+    }
+    let old = Version::parse(version).unwrap();
+    for i in 0..c.members.len() {
+        upgrade::confirm(c.client_addr(i), old, WAIT).unwrap();
+    }
+    out
+}
+
+fn v(s: &str) -> Version {
+    Version::parse(s).unwrap()
+}
+
+#[test]
+fn three_members_started_at_once_upgrade_one_at_a_time_the_leader_last_to_3_5() {
+    let mut c = Cluster::start("3.4.23", 3, "upg-roll");
+    let nodes = adopt(&mut c, "3.4.23");
+    let client = c.client();
+    for k in 0..20 {
+        client.put(&format!("/k{k}"), &format!("v{k}")).unwrap();
+    }
+    let tarball = support::inputs::isos().join("etcd-v3.5.16-linux-amd64.tar.gz");
+    let (old, new) = (v("3.4.23"), v("3.5.16"));
+    let t0 = Instant::now();
+    // (name, turn began, turn ended, led when it began, others all on new then, downtime)
+    let turns = Arc::new(Mutex::new(Vec::new()));
+    std::thread::scope(|s| {
+        for (i, (install, svc)) in nodes.iter().enumerate() {
+            let (c, turns, tarball) = (&c, Arc::clone(&turns), &tarball);
+            s.spawn(move || {
+                let node = node(c, i, install);
+                let client = node.client(c.client_urls());
+                let release = staged(tarball, install);
+                let lock = upgrade::take_turn(
+                    &client,
+                    &node,
+                    old,
+                    new,
+                    Duration::from_secs(300),
+                    Duration::from_secs(300),
+                    &mut |_| {},
+                )
+                .unwrap_or_else(|f| {
+                    for n in ["m1", "m2", "m3"] {
+                        let log = std::fs::read_to_string(c.dir().join(format!("opt-{n}.log")))
+                            .unwrap_or_default();
+                        let tail: Vec<&str> = log.lines().rev().take(6).collect();
+                        eprintln!("--- {n}:\n{}", tail.join("\n"));
+                    }
+                    panic!("{} at {:?}: {f}", node.name, t0.elapsed())
+                });
+                let began = t0.elapsed();
+                eprintln!("[upgrade] {} takes its turn at {began:?}", node.name);
+                let view = upgrade::survey(&client, &node).unwrap();
+                let me = view.iter().find(|m| m.is_self).unwrap();
+                let others_new = view
+                    .iter()
+                    .filter(|m| !m.is_self)
+                    .all(|m| m.version == Some(new));
+                let led = me.is_leader;
+                let down = Instant::now();
+                upgrade::swap(
+                    svc,
+                    &release,
+                    install,
+                    c.client_addr(i),
+                    new,
+                    old,
+                    WAIT,
+                    &mut |_| {},
+                )
+                .unwrap_or_else(|f| panic!("{}: {f}", node.name));
+                let downtime = down.elapsed();
+                eprintln!("[upgrade] {} done at {:?}", node.name, t0.elapsed());
+                let ended = t0.elapsed();
+                drop(lock);
+                turns.lock().unwrap().push((
+                    node.name.clone(),
+                    began,
+                    ended,
+                    led,
+                    others_new,
+                    downtime,
+                ));
+            });
+        }
+    });
+    let mut turns = turns.lock().unwrap().clone();
+    turns.sort_by_key(|t| t.1);
+    for (name, began, ended, led, _, downtime) in &turns {
+        println!(
+            "[upgrade] {name}: turn {:.1}-{:.1} s{}, etcd down {} ms",
+            began.as_secs_f64(),
+            ended.as_secs_f64(),
+            if *led { " (leader)" } else { "" },
+            downtime.as_millis()
+        );
+    }
+    assert_eq!(turns.len(), 3);
+    for w in turns.windows(2) {
+        assert!(w[0].2 <= w[1].1, "turns overlap: {turns:?}");
+    }
+    for t in &turns {
+        assert!(!t.3 || t.4, "the leader went before the others: {turns:?}");
+    }
+    for (i, (install, _)) in nodes.iter().enumerate() {
+        let got = health::server_version(c.client_addr(i), Duration::from_secs(3)).unwrap();
+        assert_eq!(got, "3.5.16");
+        assert!(beside::previous_dir(install).join("etcd").is_file());
+    }
+    let new_client =
+        etcd_setup::etcd::Client::new(nodes[0].0.join("etcdctl"), c.client_urls(), None);
+    // The cluster version moves to 3.5 once every member runs it (etcd decides it a
+    // moment later): awaited by asking, bounded.
+    let end = Instant::now() + WAIT;
+    let cluster = loop {
+        let cv = health::cluster_version(c.client_addr(0), Duration::from_secs(3)).unwrap();
+        if cv.starts_with("3.5") || Instant::now() > end {
+            break cv;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(cluster.starts_with("3.5"), "cluster version {cluster}");
+    for k in 0..20 {
+        assert_eq!(
+            new_client.get(&format!("/k{k}")).unwrap().as_deref(),
+            Some(format!("v{k}").as_bytes())
+        );
+    }
+    let list = new_client.member_list().unwrap();
+    assert_eq!(list.voters().count(), 3);
+    println!(
+        "[upgrade] rolling upgrade of 3 members: {:.1} s, cluster version {cluster}",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// A 3.5.30 layout whose `etcd` is a real ELF that exits at once (`false`).
+fn broken_release(dir: &Path) -> PathBuf {
+    let top = dir.join("pack/etcd-v3.5.30-linux-amd64");
+    std::fs::create_dir_all(top.join("Documentation")).unwrap();
+    let real = support::etcd::release("3.5.30");
+    for b in ["etcdctl", "etcdutl"] {
+        std::fs::copy(real.join(b), top.join(b)).unwrap();
+    }
+    let falsy = ["/usr/bin/false", "/bin/false"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .expect("false");
+    std::fs::copy(falsy, top.join("etcd")).unwrap();
+    std::fs::write(top.join("README.md"), "# etcd that exits\n").unwrap();
+    std::fs::write(top.join("Documentation/README.md"), "# docs\n").unwrap();
+    let out = dir.join("etcd-v3.5.30-broken.tar.gz");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(dir.join("pack"))
+        .args(["--owner=0", "--group=0", "--numeric-owner", "-czf"])
+        .arg(&out)
+        .arg("etcd-v3.5.30-linux-amd64")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    out
+}
+
+#[test]
+fn a_new_etcd_that_exits_at_once_is_rolled_back_and_the_old_one_runs_healthy() {
+    let mut c = Cluster::start("3.5.16", 1, "upg-back");
+    let nodes = adopt(&mut c, "3.5.16");
+    let (install, svc) = &nodes[0];
+    c.client().put("/kept", "yes").unwrap();
+    let old_etcd = std::fs::read(install.join("etcd")).unwrap();
+    let tarball = broken_release(c.dir());
+    let release = staged(&tarball, install);
+    let t = Instant::now();
+    let f = upgrade::swap(
+        svc,
+        &release,
+        install,
+        c.client_addr(0),
+        v("3.5.30"),
+        v("3.5.16"),
+        Duration::from_secs(10),
+        &mut |p| println!("[upgrade] {:.1} s: {p}", t.elapsed().as_secs_f64()),
+    )
+    .unwrap_err();
+    assert_eq!(f.code, ReasonCode::UpgradeRolledBack, "{f}");
+    assert!(f.message.contains("etcd 3.5.16 was put back"), "{f}");
+    assert_eq!(std::fs::read(install.join("etcd")).unwrap(), old_etcd);
+    assert_eq!(
+        health::server_version(c.client_addr(0), Duration::from_secs(3)).unwrap(),
+        "3.5.16"
+    );
+    assert_eq!(
+        health::check(c.client_addr(0), Duration::from_secs(3)),
+        health::Health::Healthy
+    );
+    let client = etcd_setup::etcd::Client::new(install.join("etcdctl"), c.client_urls(), None);
+    assert_eq!(client.get("/kept").unwrap().as_deref(), Some(&b"yes"[..]));
+    println!("[upgrade] rollback took {:.1} s", t.elapsed().as_secs_f64());
+}
+
+#[test]
+fn a_two_member_cluster_is_refused_and_a_downgrade_before_it() {
+    let c = Cluster::start("3.4.23", 2, "upg-two");
+    let n = node(&c, 0, &c.bin);
+    let view = upgrade::survey(&n.client(c.client_urls()), &n).unwrap();
+    assert_eq!(view.len(), 2);
+    assert!(view
+        .iter()
+        .all(|m| m.healthy && m.version == Some(v("3.4.23"))));
+    let f = rules::cluster(&view, v("3.4.23"), v("3.5.16")).unwrap_err();
+    assert_eq!(f.code, ReasonCode::UpgradeTwoMembers, "{f}");
+    let f = rules::versions(v("3.4.23"), v("3.4.22")).unwrap_err();
+    assert_eq!(f.code, ReasonCode::UpgradeDowngrade);
+}
+
+#[test]
+fn a_leader_alone_hands_leadership_on_when_its_wait_is_over() {
+    let c = Cluster::start("3.5.16", 3, "upg-lead");
+    let client = c.client();
+    let status = client.endpoint_status().unwrap();
+    let leader = status[0].leader;
+    let i = status
+        .iter()
+        .position(|s| s.member_id == leader)
+        .expect("the leader answered");
+    let n = node(&c, i, &c.bin);
+    let t = Instant::now();
+    let lock = upgrade::take_turn(
+        &n.client(c.client_urls()),
+        &n,
+        v("3.5.16"),
+        v("3.5.30"),
+        WAIT,
+        Duration::ZERO,
+        &mut |_| panic!("a leader with no wait left waited"),
+    )
+    .unwrap();
+    let view = upgrade::survey(&n.client(c.client_urls()), &n).unwrap();
+    let me = view.iter().find(|m| m.is_self).unwrap();
+    assert!(!me.is_leader, "{} still leads: {view:?}", n.name);
+    assert!(view.iter().any(|m| m.is_leader), "no leader: {view:?}");
+    drop(lock);
+    println!(
+        "[upgrade] leadership handed on by {} in {:.1} s",
+        n.name,
+        t.elapsed().as_secs_f64()
+    );
+}
