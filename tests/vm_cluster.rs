@@ -853,6 +853,19 @@ fn upgrade_on(remote: &Remote, limit: Duration, leader_wait: &str) -> (i32, Stri
     )
 }
 
+/// The platform detaches the ISO node `i` has (forced: the guest holds the tray locked)
+/// and attaches `iso`, as CloudStack swaps the one ISO of a VM.
+fn swap_disc(c: &mut Cluster, i: usize, iso: &std::path::Path) {
+    let vm = c.nodes[i].vm.as_mut().expect("the node has a VM");
+    vm.eject_cdrom();
+    vm.insert_cdrom(iso);
+    report(&format!(
+        "cluster c3: {} attached to {}",
+        iso.file_name().unwrap_or_default().to_string_lossy(),
+        c.nodes[i].name
+    ));
+}
+
 /// Each member's version as `etcdctl endpoint status` on node `via` sees it.
 fn versions(c: &Cluster, via: usize) -> Vec<String> {
     let v: Value = serde_json::from_str(&c.etcdctl(via, "endpoint status -w json"))
@@ -920,8 +933,9 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
     assert_eq!(versions(&c, 0), ["3.4.23"; 3]);
 
     let t_add = Instant::now();
+    let newer = support::inputs::isos().join("k8s-etcd-3.5.16.iso");
     for i in 0..3 {
-        c.insert(i, "k8s-etcd-3.5.16.iso");
+        swap_disc(&mut c, i, &newer);
     }
     let t0 = unix_now();
     let remotes: Vec<Remote> = c.nodes.iter().map(Node::remote).collect();
@@ -1005,7 +1019,11 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
 
     // A downgrade: refused, etcd untouched.
     let t = Instant::now();
-    c.insert(0, "k8s-etcd-3.4.23.iso");
+    swap_disc(
+        &mut c,
+        0,
+        &support::inputs::isos().join("k8s-etcd-3.4.23.iso"),
+    );
     let pid = c.nodes[0]
         .vm()
         .ssh_ok("systemctl show -p MainPID --value etcd");
@@ -1030,7 +1048,7 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
     let t = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let iso = iso_with_an_etcd_that_exits(dir.path());
-    c.nodes[0].vm.as_mut().unwrap().insert_cdrom(&iso);
+    swap_disc(&mut c, 0, &iso);
     let (code, out, err) = upgrade_on(&c.nodes[0].remote(), Duration::from_secs(900), "0s");
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(err.contains("upgrade-rolled-back"), "{err}");
