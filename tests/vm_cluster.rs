@@ -423,7 +423,11 @@ fn node_spec(
          \x20   addresses: [\"{ip}/24\"]\n"
     ));
     spec.extra_args = hub.nic_args(i, &mac);
-    if token == support::inputs::cloudstack_token(initial_cluster) {
+    // The platform's template renders plain-http members only (CloudStack runs etcd
+    // without TLS): a TLS cluster, like a foreign token, uses the generic template.
+    let platform = token == support::inputs::cloudstack_token(initial_cluster)
+        && !initial_cluster.contains("https://");
+    if platform {
         // The platform's template, rendered as the management server renders it:
         // 15 s x 80 attempts = a 20 min ISO wait (and peer wait).
         spec.user_data = support::inputs::cloudstack_config(&support::inputs::CloudStackNode {
@@ -437,7 +441,7 @@ fn node_spec(
         spec.user_data_as_is = true;
     } else {
         // A node deliberately configured with another cluster's token, which the
-        // platform's template cannot produce for this initial cluster.
+        // platform's template cannot produce for this initial cluster, or a TLS node.
         spec.user_data = support::inputs::cloud_config(
             name,
             &[

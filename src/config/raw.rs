@@ -4,6 +4,7 @@
 use super::MAX_FILE;
 use crate::reason::{Failure, ReasonCode};
 use serde::Deserialize;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use toml::Value;
 
@@ -46,17 +47,43 @@ pub(super) fn read_text(path: &Path) -> Result<String, Failure> {
     let fail = |msg: String, e: std::io::Error| {
         Failure::new(ReasonCode::ConfigInvalid, msg).with_source(e)
     };
-    let file = std::fs::File::open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            let msg = format!(
-                "{shown}: no such file; the node's configuration must be written there \
+    // Non-blocking, so that a FIFO put at the path cannot hold the run (or the status
+    // server) forever; then only a regular file is read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                let msg = format!(
+                    "{shown}: no such file; the node's configuration must be written there \
                  before the run (was cloud-init's write_files applied?)"
-            );
-            fail(msg, e)
+                );
+                fail(msg, e)
+            } else {
+                fail(format!("{shown}: cannot open: {e}"), e)
+            }
+        })?;
+    let kind = file
+        .metadata()
+        .map_err(|e| fail(format!("{shown}: cannot read: {e}"), e))?
+        .file_type();
+    if !kind.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_block_device() || kind.is_char_device() {
+            "a device"
         } else {
-            fail(format!("{shown}: cannot open: {e}"), e)
-        }
-    })?;
+            "not a regular file"
+        };
+        return Err(Failure::new(
+            ReasonCode::ConfigInvalid,
+            format!("{shown}: is {what}, not the node's configuration file"),
+        ));
+    }
     let mut bytes = Vec::new();
     file.take(MAX_FILE + 1)
         .read_to_end(&mut bytes)

@@ -722,3 +722,24 @@ fn day_two_keys_are_checked_and_named() {
     assert_eq!(s.upkeep.prometheus_port, None);
     assert_eq!(env(&s, "ETCD_QUOTA_BACKEND_BYTES"), "2147483648");
 }
+
+/// A FIFO (or a folder) at the configuration's path is refused at once, naming it: a
+/// blocking open would hold the run, and the status server, for good.
+#[test]
+fn a_fifo_or_a_folder_at_the_path_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let started = std::time::Instant::now();
+    let f = load(&fifo).expect_err("a FIFO is no configuration");
+    assert_eq!(f.code, ReasonCode::ConfigInvalid);
+    assert!(
+        f.message
+            .ends_with("is a FIFO, not the node's configuration file"),
+        "{}",
+        f.message
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let f = load(dir.path()).expect_err("a folder is no configuration");
+    assert!(f.message.contains("is a directory"), "{}", f.message);
+}

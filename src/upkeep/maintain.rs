@@ -149,13 +149,16 @@ fn defragment(client: &Client, m: &MemberView, timeout: Duration) -> Result<(), 
         .ok()
         .and_then(|mut v| v.pop())
         .map_or("?".to_string(), |s| mib(s.db_size));
-    println!(
-        "defragmented {} ({role}) {}: {} -> {after} in {:.2} s [{start}..{end}]",
-        m.name,
-        m.endpoint,
-        mib(m.status.db_size),
-        took.as_secs_f64()
-    );
+    crate::output::print(&format!(
+        "{}\n",
+        crate::printable::line(&format!(
+            "defragmented {} ({role}) {}: {} -> {after} in {:.2} s [{start}..{end}]",
+            m.name,
+            m.endpoint,
+            mib(m.status.db_size),
+            took.as_secs_f64()
+        ))
+    ));
     Ok(())
 }
 
@@ -173,15 +176,18 @@ fn recover_nospace(s: &Settings, own: &Client, members: Vec<MemberView>) -> Resu
     let cfg = &s.upkeep.maintain;
     let quota = s.upkeep.quota_backend_bytes;
     let revision = members.iter().map(|m| m.status.revision).max().unwrap_or(0);
-    println!(
-        "NOSPACE: databases {}; quota {}; compacting to revision {revision}",
-        members
-            .iter()
-            .map(|m| format!("{} {}", m.name, mib(m.status.db_size)))
-            .collect::<Vec<_>>()
-            .join(", "),
-        mib(quota)
-    );
+    crate::output::print(&format!(
+        "{}\n",
+        crate::printable::line(&format!(
+            "NOSPACE: databases {}; quota {}; compacting to revision {revision}",
+            members
+                .iter()
+                .map(|m| format!("{} {}", m.name, mib(m.status.db_size)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            mib(quota)
+        ))
+    ));
     match own.compact(revision, true, cfg.defrag_timeout) {
         Ok(()) => {}
         Err(e) if e.line.contains("required revision has been compacted") => {}
@@ -208,14 +214,17 @@ fn recover_nospace(s: &Settings, own: &Client, members: Vec<MemberView>) -> Resu
         ));
     }
     own.alarm_disarm().map_err(failed)?;
-    println!(
-        "disarmed NOSPACE: databases now {}",
-        after
-            .iter()
-            .map(|m| format!("{} {}", m.name, mib(m.status.db_size)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    crate::output::print(&format!(
+        "{}\n",
+        crate::printable::line(&format!(
+            "disarmed NOSPACE: databases now {}",
+            after
+                .iter()
+                .map(|m| format!("{} {}", m.name, mib(m.status.db_size)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    ));
     done.disarmed = true;
     Ok(done)
 }
@@ -293,22 +302,25 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
 
 fn print_nothing(s: &Settings, members: &[MemberView]) {
     let cfg = &s.upkeep.maintain;
-    println!(
-        "nothing to defragment (threshold {} and {}% unused): {}",
-        mib(cfg.min_db_size),
-        cfg.min_fragmented_percent,
-        members
-            .iter()
-            .map(|m| format!(
-                "{} {} ({}% unused)",
-                m.name,
-                mib(m.status.db_size),
-                m.fragmented_percent()
-                    .map_or("?".to_string(), |p| p.to_string())
-            ))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    crate::output::print(&format!(
+        "{}\n",
+        crate::printable::line(&format!(
+            "nothing to defragment (threshold {} and {}% unused): {}",
+            mib(cfg.min_db_size),
+            cfg.min_fragmented_percent,
+            members
+                .iter()
+                .map(|m| format!(
+                    "{} {} ({}% unused)",
+                    m.name,
+                    mib(m.status.db_size),
+                    m.fragmented_percent()
+                        .map_or("?".to_string(), |p| p.to_string())
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    ));
 }
 
 /// `etcd-setup maintain`: the exit code.

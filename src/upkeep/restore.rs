@@ -257,22 +257,31 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
         SystemTime::now(),
     ) {
         Ok(r) => {
-            println!(
-                "restored {} (revision {}, {} keys) into {} as a one-member cluster of {}",
-                args.file.display(),
-                r.revision,
-                r.total_keys,
-                r.data_dir.display(),
-                s.node_name
-            );
+            crate::output::print(&format!(
+                "{}\n",
+                crate::printable::line(&format!(
+                    "restored {} (revision {}, {} keys) into {} as a one-member cluster of {}",
+                    args.file.display(),
+                    r.revision,
+                    r.total_keys,
+                    r.data_dir.display(),
+                    s.node_name
+                ))
+            ));
             match &r.moved_aside {
-                Some(a) => println!("old data dir moved to {}", a.display()),
-                None => println!("there was no old data dir"),
+                Some(a) => crate::output::print(&format!(
+                    "{}\n",
+                    crate::printable::line(&format!("old data dir moved to {}", a.display()))
+                )),
+                None => crate::output::print(&format!(
+                    "{}\n",
+                    crate::printable::line(&format!("there was no old data dir"))
+                )),
             }
             if args.no_systemd {
-                println!(
+                crate::output::print(&format!("{}\n", crate::printable::line(&format!(
                     "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)"
-                );
+                ))));
             }
             crate::exit::upkeep::OK
         }

@@ -222,21 +222,34 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
                 return super::report_failure(&f);
             }
             let t = &out.taken;
-            println!(
-                "snapshot {} revision {} size {} keys {} hash {:08x}{}",
-                t.file,
-                t.revision,
-                t.size,
-                t.total_keys,
-                t.hash,
-                t.copy
-                    .as_ref()
-                    .map_or(String::new(), |c| format!(" copy {c}"))
-            );
+            crate::output::print(&format!(
+                "{}\n",
+                crate::printable::line(&format!(
+                    "snapshot {} revision {} size {} keys {} hash {:08x}{}",
+                    t.file,
+                    t.revision,
+                    t.size,
+                    t.total_keys,
+                    t.hash,
+                    t.copy
+                        .as_ref()
+                        .map_or(String::new(), |c| format!(" copy {c}"))
+                ))
+            ));
             for (old, to) in &out.pruned {
                 match to {
-                    Some(to) => println!("pruned {} (moved to {})", old.display(), to.display()),
-                    None => println!("pruned {} (deleted)", old.display()),
+                    Some(to) => crate::output::print(&format!(
+                        "{}\n",
+                        crate::printable::line(&format!(
+                            "pruned {} (moved to {})",
+                            old.display(),
+                            to.display()
+                        ))
+                    )),
+                    None => crate::output::print(&format!(
+                        "{}\n",
+                        crate::printable::line(&format!("pruned {} (deleted)", old.display()))
+                    )),
                 }
             }
             crate::exit::upkeep::OK
