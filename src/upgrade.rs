@@ -69,7 +69,7 @@ pub fn command(args: &UpgradeArgs) -> u8 {
     let mut record = Recorder::new(&paths);
     match upgrade(&settings, &paths, args, &mut record) {
         Ok(done) => {
-            crate::output::print(&format!("{}\n", crate::printable::line(&format!("{done}"))));
+            crate::output::print(&format!("{}\n", crate::printable::line(&done)));
             exit::OK
         }
         Err(f) => {

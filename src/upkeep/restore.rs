@@ -273,15 +273,12 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                     "{}\n",
                     crate::printable::line(&format!("old data dir moved to {}", a.display()))
                 )),
-                None => crate::output::print(&format!(
-                    "{}\n",
-                    crate::printable::line(&format!("there was no old data dir"))
-                )),
+                None => crate::output::print("there was no old data dir\n"),
             }
             if args.no_systemd {
-                crate::output::print(&format!("{}\n", crate::printable::line(&format!(
-                    "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)"
-                ))));
+                crate::output::print(
+                    "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)\n",
+                );
             }
             crate::exit::upkeep::OK
         }
