@@ -296,11 +296,14 @@ impl Cluster {
                 "timeout 300 sh -c 'until [ -e /etc/etcd-setup/config.toml ]; do sleep 0.5; done'; \
                  cat /etc/etcd-setup/config.toml",
             );
+            // The platform's template derives the ISO wait (15 s x 80 attempts); the
+            // generic template a TLS cluster uses writes its own.
+            let wait = if tls.is_some() { "20min" } else { "1200s" };
             for line in [
                 format!("name = \"{}\"", n.name),
                 format!("cluster_token = \"{token}\""),
                 format!("initial_cluster = \"{initial_cluster}\""),
-                "wait = \"1200s\"".to_string(),
+                format!("wait = \"{wait}\""),
             ] {
                 assert!(
                     config.contains(&line),
