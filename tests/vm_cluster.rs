@@ -1151,7 +1151,10 @@ fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers() {
         "{files:?}"
     );
     let env = lines_of(&c, 0, "sudo grep -E '^ETCD_(PEER_)?(CLIENT_CERT_AUTH|CERT_FILE|LISTEN_CLIENT_URLS|ADVERTISE_CLIENT_URLS|INITIAL_ADVERTISE_PEER_URLS)=' /etc/etcd-setup/etcd.env");
-    report(&format!("cluster c3: etcd.env on c3-etcd-1: {env:?}"));
+    report(&format!(
+        "cluster c3: etcd.env on {}: {env:?}",
+        c.nodes[0].name
+    ));
     // etcd's own view over TLS: three started members, all healthy.
     let list = etcdctl_tls(&c, 0, "member list -w json");
     let members: Value = serde_json::from_str(&list).unwrap_or_else(|e| panic!("{e}: {list}"));
@@ -1184,10 +1187,11 @@ fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers() {
         "etcd answered a client without a certificate"
     );
     let status = c.nodes[0].vm().ssh_ok("etcd-setup status");
-    assert!(
-        status.starts_with("running: member c3-etcd-1, etcd 3.5.1 active, healthy"),
-        "{status}"
+    let running = format!(
+        "running: member {}, etcd 3.5.1 active, healthy",
+        c.nodes[0].name
     );
+    assert!(status.starts_with(&running), "{status}");
     report(&format!(
         "cluster c3: etcdctl over TLS: 3 started members on https, endpoint health --cluster: 3 healthy; \
          no client certificate: refused; etcd-setup status (via the http loopback metrics listener 127.0.0.1:2381): {}",
