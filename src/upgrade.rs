@@ -12,7 +12,8 @@
 //!    one member at a time. The leader goes last: holding the lock while other members
 //!    still run the old release, it lets the lock go and waits for them (at most
 //!    `--leader-wait`; then it hands leadership to another member and goes on);
-//! 5. a snapshot of this member ([`snapshot`]), before anything changes;
+//! 5. a snapshot of this member, before anything changes: the verified one of `etcd-setup
+//!    snapshot` ([`crate::upkeep::snapshot::take`]), kept with the others and recorded;
 //! 6. [`swap`]: etcd stopped, the old binaries kept beside the new ones
 //!    ([`beside::keep_previous`]), the new ones installed by renames, etcd started and
 //!    confirmed healthy on the new version; if it is not, the old binaries are put back
