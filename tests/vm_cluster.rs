@@ -374,6 +374,37 @@ impl Cluster {
         at
     }
 
+    /// Attaches `iso` to one node after another, [`INSERT_GAP`] apart as the platform
+    /// does, and awaits each node's `running` (exit 0), printing how long each took.
+    fn insert_all_and_await_running(&mut self, iso: &str) {
+        let mut inserted = Vec::new();
+        for i in 0..self.nodes.len() {
+            if i > 0 {
+                std::thread::sleep(INSERT_GAP);
+            }
+            inserted.push(self.insert(i, iso));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            let s = n.await_sample(inserted[i], Duration::from_secs(600), |s| {
+                s.answered() && s.verdict != "in-progress"
+            });
+            assert_eq!(
+                (s.verdict.as_str(), s.exit),
+                ("running", 0),
+                "{}: {s:?}\n{}",
+                n.name,
+                n.timeline(self.zero)
+            );
+            report(&format!(
+                "cluster {}: {} running {:.1} s after its ISO was inserted (poll every {} s)",
+                self.tag,
+                n.name,
+                s.at - inserted[i],
+                POLL_EVERY.as_secs()
+            ));
+        }
+    }
+
     /// `etcdctl` on node `i` against every member's client URL.
     fn etcdctl(&self, i: usize, args: &str) -> String {
         let endpoints: Vec<String> = self
@@ -512,31 +543,7 @@ fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     let zero = c.zero;
     await_all_waiting_for_iso(&c, 0.0);
 
-    let mut inserted = Vec::new();
-    for i in 0..3 {
-        if i > 0 {
-            std::thread::sleep(INSERT_GAP);
-        }
-        inserted.push(c.insert(i, "k8s-etcd-3.5.1.iso"));
-    }
-    for (i, n) in c.nodes.iter().enumerate() {
-        let s = n.await_sample(inserted[i], Duration::from_secs(600), |s| {
-            s.answered() && s.verdict != "in-progress"
-        });
-        assert_eq!(
-            (s.verdict.as_str(), s.exit),
-            ("running", 0),
-            "{}: {s:?}\n{}",
-            n.name,
-            n.timeline(zero)
-        );
-        report(&format!(
-            "cluster c1: {} running {:.1} s after its ISO was inserted (poll every {} s)",
-            n.name,
-            s.at - inserted[i],
-            POLL_EVERY.as_secs()
-        ));
-    }
+    c.insert_all_and_await_running("k8s-etcd-3.5.1.iso");
     for n in &c.nodes {
         n.assert_no_step_back();
     }
@@ -1109,30 +1116,7 @@ fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers() {
     let mut c = Cluster::boot("c3", Some(&pki));
     let zero = c.zero;
     await_all_waiting_for_iso(&c, 0.0);
-    let mut inserted = Vec::new();
-    for i in 0..3 {
-        if i > 0 {
-            std::thread::sleep(INSERT_GAP);
-        }
-        inserted.push(c.insert(i, "k8s-etcd-3.5.1.iso"));
-    }
-    for (i, n) in c.nodes.iter().enumerate() {
-        let s = n.await_sample(inserted[i], Duration::from_secs(600), |s| {
-            s.answered() && s.verdict != "in-progress"
-        });
-        assert_eq!(
-            (s.verdict.as_str(), s.exit),
-            ("running", 0),
-            "{}: {s:?}\n{}",
-            n.name,
-            n.timeline(zero)
-        );
-        report(&format!(
-            "cluster c3 (TLS): {} running {:.1} s after its ISO was inserted",
-            n.name,
-            s.at - inserted[i]
-        ));
-    }
+    c.insert_all_and_await_running("k8s-etcd-3.5.1.iso");
     // What cloud-init wrote, as etcd's sandbox sees it.
     let files = lines_of(
         &c,
