@@ -81,6 +81,14 @@ fn metric_label(
     metric: &str,
     label: &str,
 ) -> Result<String, String> {
+    let reader = get_metrics(addr, deadline)?;
+    read_label(reader, metric, label).map_err(|e| format!("{addr}/metrics: {e}"))
+}
+
+/// `GET /metrics` at `addr`: the reply (headers included) as a reader that ends by
+/// `deadline` in all (connect, write, every read) and after [`MAX_METRICS`] bytes.
+/// Errors name `ADDR/metrics`.
+pub fn get_metrics(addr: SocketAddr, deadline: Duration) -> Result<impl BufRead, String> {
     let end = Instant::now() + deadline;
     let failed = |e: io::Error| format!("{addr}/metrics: {e}");
     let mut stream = TcpStream::connect_timeout(&addr, deadline).map_err(failed)?;
@@ -90,8 +98,7 @@ fn metric_label(
     // HTTP/1.0: the reply is plain (not chunked) and ends when etcd closes.
     let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).map_err(failed)?;
-    let reader = BufReader::new(Deadlined { stream, end }.take(MAX_METRICS));
-    read_label(reader, metric, label).map_err(|e| format!("{addr}/metrics: {e}"))
+    Ok(BufReader::new(Deadlined { stream, end }.take(MAX_METRICS)))
 }
 
 /// Finds the version in an HTTP reply to `GET /metrics`, reading no further than its line.

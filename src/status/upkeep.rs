@@ -11,8 +11,8 @@ use super::protocol::{Answer, SnapshotView, SpaceView, Verdict};
 use crate::health::Health;
 use crate::reason::ReasonCode;
 use crate::report::{read_snapshot_record, Reason};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::BufRead;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -53,15 +53,9 @@ pub fn parse_space(reader: impl BufRead) -> Result<SpaceView, String> {
     })
 }
 
-/// etcd's space from `GET /metrics` at `addr`, within `deadline` for each step.
+/// etcd's space from `GET /metrics` at `addr`, within `deadline` in all.
 pub fn read_space(addr: SocketAddr, deadline: Duration) -> Result<SpaceView, String> {
-    let failed = |e: std::io::Error| format!("{addr}/metrics: {e}");
-    let mut stream = TcpStream::connect_timeout(&addr, deadline).map_err(failed)?;
-    stream.set_read_timeout(Some(deadline)).map_err(failed)?;
-    stream.set_write_timeout(Some(deadline)).map_err(failed)?;
-    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).map_err(failed)?;
-    let reader = BufReader::new(stream.take(crate::health::MAX_METRICS));
+    let reader = crate::health::get_metrics(addr, deadline)?;
     parse_space(reader).map_err(|e| format!("{addr}/metrics: {e}"))
 }
 
