@@ -222,7 +222,25 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
             )
         });
         let sd = Arc::new(Systemd::connect()?);
-        return start_member(settings, &sd, shared, None);
+        // Its data gone (a wiped disk, or moved aside by the restore runbook), the node
+        // is new to its cluster again: the cluster decides, as for a first start.
+        let node = Node::from_settings(settings);
+        let plan = if node.has_data() {
+            None
+        } else {
+            with(shared, |r| {
+                r.progress(&format!(
+                    "{} holds no etcd data; asking the other members whether the cluster exists",
+                    settings.data_dir.display()
+                ))
+            });
+            let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
+                with(shared, |r| r.progress(&p.to_string()))
+            })?;
+            write_unit(settings, plan.as_ref())?;
+            plan
+        };
+        return start_member(settings, &sd, shared, plan);
     }
 
     install::ensure_dir(install_dir)?;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use support::etcd::Cluster;
+use support::upkeep::defrags;
 
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 
@@ -359,34 +360,6 @@ fn fragment(c: &Cluster, n: usize, value_kib: usize) {
         client.put("tick", "t").unwrap();
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// A `defragmented NAME (ROLE) …[START..END]` line.
-#[derive(Debug)]
-struct Defrag {
-    name: String,
-    role: String,
-    start: u128,
-    end: u128,
-}
-
-fn defrags(stdout: &str) -> Vec<Defrag> {
-    stdout
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("defragmented ")?;
-            let (name, rest) = rest.split_once(" (")?;
-            let (role, _) = rest.split_once(')')?;
-            let (_, times) = l.rsplit_once('[')?;
-            let (a, b) = times.trim_end_matches(']').split_once("..")?;
-            Some(Defrag {
-                name: name.into(),
-                role: role.into(),
-                start: a.parse().ok()?,
-                end: b.parse().ok()?,
-            })
-        })
-        .collect()
 }
 
 /// Three `maintain` started at once on a fragmented three-member cluster: each member

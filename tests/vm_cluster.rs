@@ -28,6 +28,20 @@ const INSERT_GAP: Duration = Duration::from_secs(25);
 /// How often the driver polls each node (after the previous answer came back).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 
+/// An operator's additions to the configuration the template writes: lines for
+/// config.toml's `[etcd]` table, and further tables after it.
+#[derive(Clone, Copy, Default)]
+struct Additions {
+    etcd: &'static str,
+    tables: &'static str,
+}
+
+/// No additions: the template as the platform renders it.
+const AS_RENDERED: Additions = Additions {
+    etcd: "",
+    tables: "",
+};
+
 /// One poll's answer, as the management server keeps it.
 #[derive(Clone, Debug)]
 struct Sample {
@@ -233,12 +247,15 @@ struct Cluster {
     initial_cluster: String,
     /// The cluster token every node is configured with.
     token: String,
+    /// What the operator added to every node's configuration.
+    additions: Additions,
 }
 
 impl Cluster {
     /// Boots the three nodes; with `tls`, every node gets its certificate from it and
-    /// the cluster speaks https on peer and client URLs.
-    fn boot(tag: &str, tls: Option<&Pki>) -> Cluster {
+    /// the cluster speaks https on peer and client URLs; every node's configuration gets
+    /// `additions`.
+    fn boot(tag: &str, tls: Option<&Pki>, additions: Additions) -> Cluster {
         let image = Image::from_env();
         let scheme = if tls.is_some() { "https" } else { "http" };
         let hub_dir = std::env::temp_dir().join(format!("etcd-setup-{tag}-{}", std::process::id()));
@@ -263,7 +280,7 @@ impl Cluster {
         let started = Instant::now();
         let mut vms = Vec::new();
         for (i, (name, ip)) in members.iter().enumerate() {
-            let mut spec = node_spec(&hub, i, name, ip, &initial_cluster, &token);
+            let mut spec = node_spec(&hub, i, name, ip, &initial_cluster, &token, additions);
             if let Some(pki) = tls {
                 with_tls(&mut spec, &pki.issue(name, ip));
             }
@@ -299,12 +316,16 @@ impl Cluster {
             // The platform's template derives the ISO wait (15 s x 80 attempts); the
             // generic template a TLS cluster uses writes its own.
             let wait = if tls.is_some() { "20min" } else { "1200s" };
-            for line in [
+            let mut want = vec![
                 format!("name = \"{}\"", n.name),
                 format!("cluster_token = \"{token}\""),
                 format!("initial_cluster = \"{initial_cluster}\""),
                 format!("wait = \"{wait}\""),
-            ] {
+            ];
+            want.extend(
+                (additions.etcd.lines().chain(additions.tables.lines())).map(str::to_string),
+            );
+            for line in want {
                 assert!(
                     config.contains(&line),
                     "{}: no `{line}` in:\n{config}",
@@ -325,6 +346,7 @@ impl Cluster {
             hub,
             initial_cluster,
             token,
+            additions,
         }
     }
 
@@ -343,7 +365,15 @@ impl Cluster {
         let image = Image::from_env();
         let (name, ip) = (self.nodes[i].name.clone(), self.nodes[i].ip.clone());
         self.nodes[i].stop_polling();
-        let mut spec = node_spec(&self.hub, i, &name, &ip, &self.initial_cluster, token);
+        let mut spec = node_spec(
+            &self.hub,
+            i,
+            &name,
+            &ip,
+            &self.initial_cluster,
+            token,
+            self.additions,
+        );
         edit(&mut spec);
         // The old qemu must be gone before the new one takes its hub port and folder.
         drop(self.nodes[i].vm.take());
@@ -433,7 +463,8 @@ impl Drop for Cluster {
 }
 
 /// The VM of member `i` of a cluster on `hub`: one vCPU (three guests on two host cores),
-/// the packaged cloud-config, a static address on the cluster's own network.
+/// the packaged cloud-config with the operator's `additions`, a static address on the
+/// cluster's own network.
 fn node_spec(
     hub: &Hub,
     i: usize,
@@ -441,6 +472,7 @@ fn node_spec(
     ip: &str,
     initial_cluster: &str,
     token: &str,
+    additions: Additions,
 ) -> VmSpec {
     let mac = format!("52:54:00:88:00:{:02x}", i + 1);
     let mut spec = VmSpec::new(name);
@@ -472,10 +504,15 @@ fn node_spec(
             attempts: 80,
             eject: false,
         });
+        spec.user_data = with_additions(&spec.user_data, additions);
         spec.user_data_as_is = true;
     } else {
         // A node deliberately configured with another cluster's token, which the
         // platform's template cannot produce for this initial cluster, or a TLS node.
+        assert!(
+            additions.etcd.is_empty() && additions.tables.is_empty(),
+            "additions are written into the platform's template only"
+        );
         spec.user_data = support::inputs::cloud_config(
             name,
             &[
@@ -489,6 +526,23 @@ fn node_spec(
         );
     }
     spec
+}
+
+/// The platform's rendered template with the operator's additions written by its shell
+/// step into config.toml: after the `[etcd]` table's last line, and before the heredoc's
+/// end (the block scalar's lines are indented by six spaces).
+fn with_additions(rendered: &str, additions: Additions) -> String {
+    let indent =
+        |lines: &str| -> String { lines.lines().map(|l| format!("      {l}\n")).collect() };
+    let (etcd_end, heredoc_end) = ("      cluster_state = \"new\"\n", "      EOF\n");
+    assert_eq!(rendered.matches(etcd_end).count(), 1, "{rendered}");
+    assert_eq!(rendered.matches(heredoc_end).count(), 1, "{rendered}");
+    rendered
+        .replace(etcd_end, &format!("{etcd_end}{}", indent(additions.etcd)))
+        .replace(
+            heredoc_end,
+            &format!("{}{heredoc_end}", indent(additions.tables)),
+        )
 }
 
 /// Every node answers `waiting-for-iso` (in progress, exit 3) before any ISO is attached.
@@ -539,7 +593,7 @@ fn status_against_is_active(node: &Node) -> (f64, f64) {
 /// loop on one node.
 #[test]
 fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
-    let mut c = Cluster::boot("c1", None);
+    let mut c = Cluster::boot("c1", None, AS_RENDERED);
     let zero = c.zero;
     await_all_waiting_for_iso(&c, 0.0);
 
@@ -846,19 +900,20 @@ fn lines_of(c: &Cluster, i: usize, script: &str) -> Vec<String> {
         .collect()
 }
 
-/// A second cluster where one node's ISO lacks etcd: that node fails with
-/// archive-missing within seconds of its insert, while the node inserted before it
-/// waits for quorum; once a third member arrives, two of three make a quorum.
-#[test]
-fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
-    let mut c = Cluster::boot("c2", None);
-    let zero = c.zero;
-    await_all_waiting_for_iso(&c, 0.0);
-
-    let first = c.insert(0, "k8s-etcd-3.5.1.iso");
+/// One node's ISO lacks etcd: that node fails with archive-missing within seconds of its
+/// insert, while the node inserted before it waits for quorum; once a third member
+/// arrives, two of three make a quorum. Then the operator attaches the right ISO to it
+/// and starts the boot job again: the member that never started joins as configured and
+/// the cluster has three started members.
+fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum(
+    c: &mut Cluster,
+    iso: &str,
+) {
+    let (zero, tag) = (c.zero, c.tag.clone());
+    let first = c.insert(0, iso);
     let s = c.nodes[0].await_sample(first, Duration::from_secs(300), Sample::waiting_for_quorum);
     report(&format!(
-        "cluster c2: {} waits for quorum {:.1} s after its insert: {}",
+        "cluster {tag}: {} waits for quorum {:.1} s after its insert: {}",
         c.nodes[0].name,
         s.at - first,
         s.progress
@@ -874,7 +929,7 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
         "{s:?}"
     );
     report(&format!(
-        "cluster c2: {} reports archive-missing {:.1} s after its insert (poll every {} s): {}",
+        "cluster {tag}: {} reports archive-missing {:.1} s after its insert (poll every {} s): {}",
         c.nodes[1].name,
         s.at - bad,
         POLL_EVERY.as_secs(),
@@ -888,14 +943,14 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
     let s2 = c.nodes[2].await_sample(seen, Duration::from_secs(30), Sample::answered);
     assert_eq!(s2.phase, "waiting-for-iso", "{s2:?}");
     report(&format!(
-        "cluster c2: meanwhile {} says \"{}\"",
+        "cluster {tag}: meanwhile {} says \"{}\"",
         c.nodes[0].name, s0.progress
     ));
 
     // The third member arrives: two of three are a quorum; the node without etcd stays
     // failed and shows as unhealthy in etcd's own view.
     std::thread::sleep(INSERT_GAP);
-    let third = c.insert(2, "k8s-etcd-3.5.1.iso");
+    let third = c.insert(2, iso);
     for i in [0, 2] {
         let n = &c.nodes[i];
         let s = n.await_sample(third, Duration::from_secs(600), |s| {
@@ -915,19 +970,50 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum() {
     let s1 = c.nodes[1].await_sample(unix_now(), Duration::from_secs(30), Sample::answered);
     assert_eq!(s1.reason, "archive-missing", "{s1:?}");
     // etcd lists the member without etcd as never started (no client URL).
-    let members: Value =
-        serde_json::from_str(&c.etcdctl(0, "member list -w json")).expect("member list JSON");
-    let members = members["members"].as_array().expect("members");
-    let started = members
-        .iter()
-        .filter(|m| m["clientURLs"].as_array().is_some_and(|u| !u.is_empty()))
-        .count();
-    assert_eq!((members.len(), started), (3, 2), "{members:?}");
+    let started = |c: &Cluster| {
+        let members: Value =
+            serde_json::from_str(&c.etcdctl(0, "member list -w json")).expect("member list JSON");
+        let members = members["members"].as_array().expect("members").clone();
+        let started = members
+            .iter()
+            .filter(|m| m["clientURLs"].as_array().is_some_and(|u| !u.is_empty()))
+            .count();
+        (members.len(), started)
+    };
+    assert_eq!(started(c), (3, 2));
     let health = c.etcdctl(0, "endpoint health --cluster");
     assert_eq!(health.matches("is healthy").count(), 2, "{health}");
-    report(
-        "cluster c2: two of three running (quorum), the node without etcd failed/archive-missing",
+    report(&format!(
+        "cluster {tag}: two of three running (quorum), the node without etcd failed/archive-missing"
+    ));
+
+    // The operator attaches the right ISO and starts the boot job again.
+    swap_disc(c, 1, &support::inputs::isos().join(iso));
+    let again = unix_now();
+    let out = c.nodes[1]
+        .remote()
+        .run(Duration::from_secs(600), "sudo systemctl start etcd-setup");
+    assert!(out.status.success(), "{out:?}");
+    // The job is a oneshot: it returned when the run had ended.
+    let done = unix_now();
+    let n = &c.nodes[1];
+    let s = n.await_sample(done, Duration::from_secs(60), |s| {
+        s.answered() && s.verdict != "in-progress"
+    });
+    assert_eq!(
+        (s.verdict.as_str(), s.exit),
+        ("running", 0),
+        "{s:?}\n{}",
+        n.timeline(zero)
     );
+    assert_eq!(started(c), (3, 3));
+    let health = c.etcdctl(0, "endpoint health --cluster");
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+    report(&format!(
+        "cluster {tag}: the right ISO attached to {} and `systemctl start etcd-setup`: its run took {:.1} s, status running; 3 started, 3 healthy",
+        n.name,
+        done - again
+    ));
 }
 
 /// Where a TLS node keeps its CA, certificate and key: outside /home and /tmp, which
@@ -1113,7 +1199,7 @@ fn etcdctl_tls(c: &Cluster, i: usize, args: &str) -> String {
 fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers() {
     let t_all = Instant::now();
     let pki = Pki::new("c3-ca");
-    let mut c = Cluster::boot("c3", Some(&pki));
+    let mut c = Cluster::boot("c3", Some(&pki), AS_RENDERED);
     let zero = c.zero;
     await_all_waiting_for_iso(&c, 0.0);
     c.insert_all_and_await_running("k8s-etcd-3.5.1.iso");
@@ -1264,7 +1350,8 @@ fn swap_disc(c: &mut Cluster, i: usize, iso: &std::path::Path) {
     vm.eject_cdrom();
     vm.insert_cdrom(iso);
     report(&format!(
-        "cluster c4: {} attached to {}",
+        "cluster {}: {} attached to {}",
+        c.tag,
         iso.file_name().unwrap_or_default().to_string_lossy(),
         c.nodes[i].name
     ));
@@ -1311,35 +1398,54 @@ fn iso_with_an_etcd_that_exits(dir: &std::path::Path) -> std::path::PathBuf {
     iso
 }
 
+/// What the operator of cluster c4 adds to the template: a small space quota, so that
+/// NOSPACE comes after a few dozen MiB, and defragmentation thresholds such a database
+/// passes.
+const UPKEEP: Additions = Additions {
+    etcd: "quota_backend_bytes = \"32MiB\"",
+    tables: "[maintain]\nmin_db_size = \"4MiB\"\nmin_fragmented_percent = 50",
+};
+
+/// Cluster c4, day 2 from one boot: a node whose ISO lacks etcd, mended; an upgrade from
+/// 3.4.23 to 3.5.16; NOSPACE and its recovery; three maintains at once; a restore after
+/// every data dir was lost.
+#[test]
+fn c4_bad_iso_mended_upgrade_3_4_to_3_5_nospace_maintain_and_restore() {
+    let t_all = Instant::now();
+    let mut c = Cluster::boot("c4", None, UPKEEP);
+    await_all_waiting_for_iso(&c, 0.0);
+    a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum(
+        &mut c,
+        "k8s-etcd-3.4.23.iso",
+    );
+    three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled_back(&mut c);
+    nospace_is_reported_everywhere_and_maintain_recovers_it(&mut c);
+    three_maintains_at_once_defragment_one_member_at_a_time_the_leader_last(&mut c);
+    a_snapshot_from_the_timer_restores_a_cluster_that_lost_every_data_dir(&mut c);
+    report(&format!(
+        "cluster c4 test: {:.1} s",
+        t_all.elapsed().as_secs_f64()
+    ));
+}
+
 /// Day 2 upgrade: three members on Debian's 3.4.23 with keys; the 3.5.16 ISO attached to
 /// every node and `etcd-setup upgrade` started on all three at once: they go one at a
 /// time, the leader last, and the cluster ends on 3.5 with its keys and three voters.
 /// Then a downgrade (the 3.4.23 ISO again) is refused with etcd untouched, and an etcd
 /// that exits at once is rolled back, the member healthy on 3.5.16.
-#[test]
-fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled_back() {
-    let mut c = Cluster::boot("c4", None);
-    await_all_waiting_for_iso(&c, 0.0);
-    let mut inserted = Vec::new();
-    for i in 0..3 {
-        inserted.push(c.insert(i, "k8s-etcd-3.4.23.iso"));
-    }
-    for (i, n) in c.nodes.iter().enumerate() {
-        let s = n.await_sample(inserted[i], Duration::from_secs(600), |s| {
-            s.answered() && s.verdict != "in-progress"
-        });
-        assert_eq!(s.verdict, "running", "{}: {s:?}", n.name);
-    }
+fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled_back(
+    c: &mut Cluster,
+) {
     for k in 0..20 {
         let out = c.etcdctl(0, &format!("put /upgrade/k{k} v{k}"));
         assert!(out.contains("OK"), "{out}");
     }
-    assert_eq!(versions(&c, 0), ["3.4.23"; 3]);
+    assert_eq!(versions(c, 0), ["3.4.23"; 3]);
 
     let t_add = Instant::now();
     let newer = support::inputs::isos().join("k8s-etcd-3.5.16.iso");
     for i in 0..3 {
-        swap_disc(&mut c, i, &newer);
+        swap_disc(c, i, &newer);
     }
     let t0 = unix_now();
     let remotes: Vec<Remote> = c.nodes.iter().map(Node::remote).collect();
@@ -1381,7 +1487,7 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
             "cluster c4: rolling order: {name} done at +{took:.1} s ({down})"
         ));
     }
-    assert_eq!(versions(&c, 0), ["3.5.16"; 3]);
+    assert_eq!(versions(c, 0), ["3.5.16"; 3]);
     let long = c.nodes[0].vm().ssh_ok("etcd-setup status --long");
     report(&format!(
         "cluster c4: status after the upgrade: {}",
@@ -1411,7 +1517,7 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
         let got = c.etcdctl(1, &format!("get --print-value-only /upgrade/k{k}"));
         assert_eq!(got.trim(), format!("v{k}"));
     }
-    let members = members(&c, 2);
+    let members = members(c, 2);
     assert_eq!(members.len(), 3, "{members:?}");
     assert!(members.iter().all(|m| m.2), "not three voters: {members:?}");
     let health = c.etcdctl(0, "endpoint health");
@@ -1423,11 +1529,7 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
 
     // A downgrade: refused, etcd untouched.
     let t = Instant::now();
-    swap_disc(
-        &mut c,
-        0,
-        &support::inputs::isos().join("k8s-etcd-3.4.23.iso"),
-    );
+    swap_disc(c, 0, &support::inputs::isos().join("k8s-etcd-3.4.23.iso"));
     let pid = c.nodes[0]
         .vm()
         .ssh_ok("systemctl show -p MainPID --value etcd");
@@ -1452,16 +1554,433 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
     let t = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let iso = iso_with_an_etcd_that_exits(dir.path());
-    swap_disc(&mut c, 0, &iso);
+    swap_disc(c, 0, &iso);
     let (code, out, err) = upgrade_on(&c.nodes[0].remote(), Duration::from_secs(900), "0s");
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(err.contains("upgrade-rolled-back"), "{err}");
-    assert_eq!(versions(&c, 0), ["3.5.16"; 3]);
+    assert_eq!(versions(c, 0), ["3.5.16"; 3]);
     let health = c.etcdctl(0, "endpoint health");
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
     report(&format!(
         "cluster c4: an etcd that exits rolled back in {:.1} s: {}",
         t.elapsed().as_secs_f64(),
         err.trim().replace('\n', " | ")
+    ));
+}
+
+/// Every member's client URL, comma separated, as etcdctl's `--endpoints` takes them.
+fn endpoints(c: &Cluster) -> String {
+    c.nodes
+        .iter()
+        .map(|n| format!("http://{}:2379", n.ip))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Each member's database file size and size in use, in bytes, by name, as `etcdctl
+/// endpoint status` on node `via` sees them; and the leader's name.
+fn space(c: &Cluster, via: usize) -> (Vec<(String, u64, u64)>, String) {
+    let ids: std::collections::HashMap<String, String> = members(c, via)
+        .into_iter()
+        .map(|(name, id, _)| (id, name))
+        .collect();
+    let v: Value = serde_json::from_str(&c.etcdctl(via, "endpoint status -w json"))
+        .expect("endpoint status JSON");
+    let mut leader = String::new();
+    let mut out = Vec::new();
+    for e in v.as_array().expect("endpoints") {
+        let st = &e["Status"];
+        let id = format!("{:x}", st["header"]["member_id"].as_u64().unwrap_or(0));
+        let name = ids.get(&id).cloned().unwrap_or(id.clone());
+        if st["leader"].as_u64() == st["header"]["member_id"].as_u64() {
+            leader = name.clone();
+        }
+        out.push((
+            name,
+            st["dbSize"].as_u64().unwrap_or(0),
+            st["dbSizeInUse"].as_u64().unwrap_or(0),
+        ));
+    }
+    out.sort();
+    (out, leader)
+}
+
+/// [`space`] as one line: `name 12.3 MiB (4.5 MiB in use), …`.
+fn space_line(space: &[(String, u64, u64)]) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    space
+        .iter()
+        .map(|(n, size, used)| format!("{n} {:.1} MiB ({:.1} MiB in use)", mib(*size), mib(*used)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Puts 1 MiB values under `prefix` through node `via`, `count` of them or until etcd
+/// refuses one; what the guest printed last (`refused at N: etcdctl's error` or
+/// `wrote N`).
+fn fill(c: &Cluster, via: usize, prefix: &str, count: usize) -> String {
+    let out = c.nodes[via].remote().run(
+        Duration::from_secs(900),
+        &format!(
+            "head -c 1048576 /dev/urandom >/tmp/fill.bin; \
+             for i in $(seq {count}); do \
+               if ! err=$(ETCDCTL_API=3 /opt/bin/etcdctl --dial-timeout=3s --command-timeout=30s \
+                          --endpoints={} put {prefix}$i </tmp/fill.bin 2>&1); then \
+                 echo \"refused at $i: $err\"; exit 0; \
+               fi; \
+             done; echo \"wrote {count}\"",
+            endpoints(c)
+        ),
+    );
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The cluster ID, as etcd on node `via`'s first endpoint answers it.
+fn cluster_id(c: &Cluster, via: usize) -> u64 {
+    let v: Value = serde_json::from_str(&c.etcdctl(via, "endpoint status -w json"))
+        .expect("endpoint status JSON");
+    v[0]["Status"]["header"]["cluster_id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no cluster ID in {v}"))
+}
+
+/// The `status --format json` answer of node `i`.
+fn status_doc(c: &Cluster, i: usize) -> Value {
+    let out = c.nodes[i].vm().ssh("etcd-setup status --format json");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+/// Issue 12 on VMs: the cluster filled up to its 32 MiB quota raises NOSPACE, which
+/// every node's status reports within seconds; keys deleted and `maintain` run on one
+/// node: compacted, defragmented, disarmed, writes work, every node running again.
+fn nospace_is_reported_everywhere_and_maintain_recovers_it(c: &mut Cluster) {
+    let tag = c.tag.clone();
+    let (before, _) = space(c, 0);
+    let t = Instant::now();
+    let said = fill(c, 0, "/fill/", 100);
+    let refused = unix_now();
+    assert!(
+        said.starts_with("refused at ") && said.contains("database space exceeded"),
+        "{said}"
+    );
+    report(&format!(
+        "cluster {tag}: 1 MiB values written until NOSPACE in {:.1} s: {said}",
+        t.elapsed().as_secs_f64()
+    ));
+    for n in &c.nodes {
+        let s = n.await_sample(refused, Duration::from_secs(60), |s| {
+            s.answered() && s.verdict != "running"
+        });
+        assert_eq!(
+            (s.verdict.as_str(), s.reason.as_str(), s.exit),
+            ("failed", "etcd-nospace", 1),
+            "{}: {s:?}",
+            n.name
+        );
+        report(&format!(
+            "cluster {tag}: {} reports etcd-nospace {:.1} s after the refused write (poll every {} s): {}",
+            n.name,
+            s.at - refused,
+            POLL_EVERY.as_secs(),
+            s.message
+        ));
+    }
+    let doc = status_doc(c, 2);
+    report(&format!(
+        "cluster {tag}: status JSON on {}: space {}, alarms {}",
+        c.nodes[2].name, doc["space"], doc["alarms"]
+    ));
+    assert!(doc["alarms"].to_string().contains("NOSPACE"), "{doc}");
+    let (full, _) = space(c, 0);
+    report(&format!(
+        "cluster {tag}: databases before the fill: {}; at NOSPACE: {}",
+        space_line(&before),
+        space_line(&full)
+    ));
+
+    // Reads and deletes still work under NOSPACE; one node's maintain recovers.
+    let deleted = c.etcdctl(1, "del /fill/ --prefix");
+    assert!(
+        deleted.trim().parse::<u32>().is_ok_and(|n| n > 0),
+        "{deleted}"
+    );
+    let t = Instant::now();
+    let out = c.nodes[1]
+        .remote()
+        .run(Duration::from_secs(900), "sudo etcd-setup maintain");
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    report(&format!(
+        "cluster {tag}: {} keys deleted; maintain on {} in {:.1} s: {}",
+        deleted.trim(),
+        c.nodes[1].name,
+        t.elapsed().as_secs_f64(),
+        so.trim().replace('\n', " | ")
+    ));
+    let done = unix_now();
+    assert_eq!(c.etcdctl(0, "alarm list").trim(), "", "an alarm is left");
+    let put = c.etcdctl(2, "put /after-nospace ok");
+    assert!(put.contains("OK"), "{put}");
+    for n in &c.nodes {
+        let s = n.await_sample(done, Duration::from_secs(60), |s| {
+            s.answered() && s.verdict == "running"
+        });
+        assert_eq!(s.exit, 0, "{s:?}");
+    }
+    let (after, _) = space(c, 0);
+    for (name, size, _) in &after {
+        assert!(*size < 32 << 20 >> 1, "{name} still holds {size} bytes");
+    }
+    report(&format!(
+        "cluster {tag}: alarm list empty, a write works, every node running; databases after maintain: {}",
+        space_line(&after)
+    ));
+}
+
+/// Issue 12 on VMs: the cluster fragmented (keys written, deleted and compacted as
+/// Kubernetes' API server compacts), then the maintain service its timer runs started on
+/// the three nodes at once: each member defragmented exactly once, one at a time, the
+/// leader last.
+fn three_maintains_at_once_defragment_one_member_at_a_time_the_leader_last(c: &mut Cluster) {
+    let tag = c.tag.clone();
+    let said = fill(c, 0, "/frag/", 12);
+    assert_eq!(said, "wrote 12");
+    c.etcdctl(0, "del /frag/ --prefix");
+    let rev: Value = serde_json::from_str(&c.etcdctl(0, "endpoint status -w json"))
+        .expect("endpoint status JSON");
+    let rev = rev[0]["Status"]["header"]["revision"]
+        .as_u64()
+        .expect("revision");
+    let out = c.etcdctl(0, &format!("compact {rev} --physical"));
+    assert!(out.contains("compacted revision"), "{out}");
+    // Members recount their pages in use when they commit: a write now and then, until
+    // every member's database is more than half free.
+    let t = Instant::now();
+    let (fragmented, leader) = loop {
+        let (s, leader) = space(c, 0);
+        if s.len() == 3
+            && s.iter()
+                .all(|(_, size, used)| *size > 4 << 20 && used * 2 < *size)
+        {
+            break (s, leader);
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{s:?}");
+        c.etcdctl(0, "put /tick t");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    report(&format!(
+        "cluster {tag}: fragmented: {}; leader {leader}",
+        space_line(&fragmented)
+    ));
+
+    // What the three timers do when they fire together.
+    let since = c.nodes[0]
+        .vm()
+        .ssh_ok("date -u '+%Y-%m-%d %H:%M:%S'")
+        .trim()
+        .to_string();
+    let t = Instant::now();
+    let remotes: Vec<Remote> = c.nodes.iter().map(Node::remote).collect();
+    let codes: Vec<Option<i32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = remotes
+            .iter()
+            .map(|r| {
+                s.spawn(move || {
+                    r.run(
+                        Duration::from_secs(900),
+                        "sudo systemctl start etcd-setup-maintain.service",
+                    )
+                    .status
+                    .code()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let took = t.elapsed().as_secs_f64();
+    let mut all = Vec::new();
+    for (i, code) in codes.iter().enumerate() {
+        let journal = c.nodes[i].vm().ssh_ok(&format!(
+            "sudo journalctl -u etcd-setup-maintain.service -o cat --since '{since}' --no-pager"
+        ));
+        report(&format!(
+            "cluster {tag}: maintain service on {}: exit {code:?}: {}",
+            c.nodes[i].name,
+            journal
+                .lines()
+                .filter(|l| !l.starts_with("Start") && !l.starts_with("Finish"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
+        assert_eq!(*code, Some(0), "{journal}");
+        all.extend(support::upkeep::defrags(&journal));
+    }
+    all.sort_by_key(|d| d.start);
+    let mut names: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
+    report(&format!(
+        "cluster {tag}: three maintains at once, {took:.1} s: defragmented in order {}",
+        all.iter()
+            .map(|d| format!("{} ({}, {} ms)", d.name, d.role, d.end - d.start))
+            .collect::<Vec<_>>()
+            .join(" -> ")
+    ));
+    names.sort();
+    let mut want: Vec<&str> = c.nodes.iter().map(|n| n.name.as_str()).collect();
+    want.sort();
+    assert_eq!(names, want, "{all:?}");
+    for w in all.windows(2) {
+        assert!(w[0].end <= w[1].start, "two at a time: {all:?}");
+    }
+    assert_eq!(
+        (all[2].name.as_str(), all[2].role.as_str()),
+        (leader.as_str(), "leader")
+    );
+    let (after, _) = space(c, 0);
+    report(&format!(
+        "cluster {tag}: databases after: {}",
+        space_line(&after)
+    ));
+}
+
+/// Issue 12 on VMs, and the README's runbook as written: keys written; the snapshot
+/// service its timer runs started on one node; every member's data dir lost; the
+/// snapshot restored on that node; the other two nodes, one at a time, move their data
+/// dir aside and start the boot job, which joins them; the keys are back on three
+/// voting members.
+fn a_snapshot_from_the_timer_restores_a_cluster_that_lost_every_data_dir(c: &mut Cluster) {
+    let tag = c.tag.clone();
+    for k in 0..20 {
+        let out = c.etcdctl(0, &format!("put /restore/k{k} v{k}"));
+        assert!(out.contains("OK"), "{out}");
+    }
+    for n in &c.nodes {
+        let timer = n
+            .vm()
+            .ssh("systemctl is-active etcd-setup-snapshot.timer; systemctl show -p NextElapseUSecRealtime --value etcd-setup-snapshot.timer");
+        let timer = String::from_utf8_lossy(&timer.stdout).to_string();
+        assert!(timer.starts_with("active\n"), "{}: {timer}", n.name);
+    }
+    let node = &c.nodes[0];
+    let t = Instant::now();
+    node.vm()
+        .ssh_ok("sudo systemctl start etcd-setup-snapshot.service");
+    let took = t.elapsed().as_secs_f64();
+    let record: Value = serde_json::from_str(
+        &node
+            .vm()
+            .ssh_ok("sudo cat /var/lib/etcd-setup/snapshot.json"),
+    )
+    .expect("snapshot.json");
+    let file = record
+        .pointer("/last/file")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no snapshot path in {record}"))
+        .to_string();
+    let doc = status_doc(c, 0);
+    assert!(
+        doc["snapshot"].to_string().contains(&file),
+        "status does not show {file}: {doc}"
+    );
+    report(&format!(
+        "cluster {tag}: the snapshot timer's service on {} in {took:.1} s: {file}; status: {}",
+        node.name, doc["snapshot"]
+    ));
+
+    let id_before = cluster_id(c, 0);
+    // Every member's data is lost (the disks wiped under a stopped etcd).
+    for n in &c.nodes {
+        n.vm()
+            .ssh_ok("sudo systemctl stop etcd && sudo rm -rf /var/lib/etcd/member");
+    }
+    let lost = unix_now();
+    for n in &c.nodes {
+        let s = n.await_sample(lost, Duration::from_secs(60), |s| {
+            s.answered() && s.verdict == "failed"
+        });
+        report(&format!(
+            "cluster {tag}: {} with its data lost: {} {}",
+            n.name, s.verdict, s.reason
+        ));
+    }
+
+    // The runbook, step 1, on one node.
+    let t = Instant::now();
+    let out = c.nodes[0].remote().run(
+        Duration::from_secs(600),
+        &format!("sudo etcd-setup restore {file}"),
+    );
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    report(&format!(
+        "cluster {tag}: restore on {} in {:.1} s: {}",
+        c.nodes[0].name,
+        t.elapsed().as_secs_f64(),
+        so.trim().replace('\n', " | ")
+    ));
+    let restored = members(c, 0);
+    assert_eq!(restored.len(), 1, "{restored:?}");
+
+    // Step 2, on each other node, one at a time.
+    for i in 1..3 {
+        let t = Instant::now();
+        let out = c.nodes[i].remote().run(
+            Duration::from_secs(900),
+            "sudo systemctl stop etcd && \
+             sudo mv /var/lib/etcd /var/lib/etcd.lost-$(date -u +%Y%m%dT%H%M%SZ) && \
+             sudo systemctl start etcd-setup",
+        );
+        assert!(out.status.success(), "{out:?}");
+        let done = unix_now();
+        let n = &c.nodes[i];
+        let s = n.await_sample(done, Duration::from_secs(60), Sample::answered);
+        assert_eq!(
+            (s.verdict.as_str(), s.exit),
+            ("running", 0),
+            "{s:?}\n{}",
+            n.timeline(c.zero)
+        );
+        let journal = n.vm().ssh_ok(
+            "sudo journalctl -u etcd-setup -o cat | grep -E 'as a learner|promoted to voting member|data dir' | tail -n 3",
+        );
+        report(&format!(
+            "cluster {tag}: {} rejoined in {:.1} s: {}",
+            n.name,
+            t.elapsed().as_secs_f64(),
+            journal.trim().replace('\n', " | ")
+        ));
+    }
+
+    // Step 3: every node running, the keys back, three voters; a fresh snapshot.
+    let now = unix_now();
+    for n in &c.nodes {
+        let s = n.await_sample(now, Duration::from_secs(60), Sample::answered);
+        assert_eq!(
+            (s.verdict.as_str(), s.exit),
+            ("running", 0),
+            "{}: {s:?}",
+            n.name
+        );
+    }
+    let after = members(c, 0);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(after.iter().all(|m| m.2), "not three voters: {after:?}");
+    for k in 0..20 {
+        let got = c.etcdctl(2, &format!("get --print-value-only /restore/k{k}"));
+        assert_eq!(got.trim(), format!("v{k}"));
+    }
+    // The restored cluster kept its ID: the configuration's, which the joins checked.
+    assert_eq!(cluster_id(c, 2), id_before);
+    let snap = c.nodes[0].vm().ssh_ok("sudo etcd-setup snapshot");
+    report(&format!(
+        "cluster {tag}: after the runbook: 3 voters {after:?}, 20 keys read through {}; cluster ID {id_before:x} as before the loss; snapshot: {}",
+        c.nodes[2].name,
+        snap.trim()
     ));
 }

@@ -2,4 +2,5 @@
 pub mod etcd;
 pub mod inputs;
 pub mod net;
+pub mod upkeep;
 pub mod vm;
