@@ -10,7 +10,9 @@
 //! repeatedly on one node. Then day 2 on the same cluster: that node's VM is destroyed and
 //! recreated from a fresh overlay with the same cloud-config and rejoins by itself, leaves
 //! again, a second leave is refused by the quorum guard, and a node configured with
-//! another cluster token is refused. A second cluster has one node whose ISO lacks etcd.
+//! another cluster token is refused. A TLS cluster refuses a node with a foreign CA. A
+//! third cluster has one node whose ISO lacks etcd (then mended), is upgraded from 3.4 to
+//! 3.5, and goes through NOSPACE, maintenance and a restore (issue 12).
 
 mod support;
 
