@@ -160,6 +160,9 @@ pub struct RestoreArgs {
     /// Do not stop and start etcd.service: the caller does (tests, manual recovery).
     #[arg(long, hide = true)]
     pub no_systemd: bool,
+    /// State folders (the operation status shows goes into the live one).
+    #[command(flatten)]
+    pub dirs: StateDirs,
 }
 
 /// `etcd-setup maintain`.

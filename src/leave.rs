@@ -55,7 +55,10 @@ pub fn command(args: &LeaveArgs) -> u8 {
 /// The steps; returns the sentence saying what was done.
 fn leave(settings: &Settings, paths: &Paths, force: bool) -> Result<String, Failure> {
     let node = Node::from_settings(settings);
+    let mut op = report::OperationGuard::begin(&paths.run_dir, "leave", "checking the quorum");
     let plan = lifecycle::leave::plan(&node, force)?;
+    // From the removal on, this member's etcd stops being healthy on purpose.
+    op.step("removing this member, then stopping etcd", true);
     let outcome = lifecycle::leave::execute(&node, &plan)?;
     let sd = Systemd::connect()?;
     sd.disable(ETCD_UNIT)?;

@@ -20,6 +20,7 @@
 
 mod atomic;
 mod failure;
+mod operation;
 mod reporter;
 mod state;
 mod time;
@@ -27,6 +28,7 @@ mod upkeep;
 
 pub use atomic::atomic_write;
 pub use failure::{clear_failure, write_failure};
+pub use operation::{read_operation, Operation, OperationGuard, OPERATION_FILE};
 pub use reporter::{Reporter, SharedReporter};
 pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable, UpgradeRecord};
 pub use time::{file_stamp, rfc3339};

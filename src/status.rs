@@ -17,6 +17,7 @@
 
 mod client;
 mod live;
+pub mod operation;
 mod protocol;
 pub mod server;
 mod text;

@@ -11,7 +11,8 @@
 //! 4. the lock `etcd-setup/upgrade`, held in etcd itself ([`crate::etcd::ClusterLock`]):
 //!    one member at a time. The leader goes last: holding the lock while other members
 //!    still run the old release, it lets the lock go and waits for them (at most
-//!    `--leader-wait`; then it hands leadership to another member and goes on);
+//!    `--leader-wait`), and at its turn hands leadership to another healthy member
+//!    first, so that its restart costs the others no election;
 //! 5. a snapshot of this member, before anything changes: the verified one of `etcd-setup
 //!    snapshot` ([`crate::upkeep::snapshot::take`]), kept with the others and recorded;
 //! 6. [`swap`]: etcd stopped, the old binaries kept beside the new ones
@@ -107,11 +108,15 @@ fn is_refusal(code: ReasonCode) -> bool {
 struct Recorder {
     store: crate::report::StateStore,
     record: UpgradeRecord,
+    /// The operation status shows while the upgrade runs; etcd is down on purpose while
+    /// it restarts, is confirmed or rolled back.
+    op: crate::report::OperationGuard,
 }
 
 impl Recorder {
     fn new(paths: &Paths) -> Recorder {
         Recorder {
+            op: crate::report::OperationGuard::begin(&paths.run_dir, "upgrade", "validating"),
             store: paths.store(),
             record: UpgradeRecord {
                 phase: "validating".into(),
@@ -128,6 +133,10 @@ impl Recorder {
     fn set(&mut self, phase: &str, progress: &str) {
         self.record.phase = phase.into();
         self.record.progress = progress.into();
+        self.op.step(
+            &format!("{phase}: {progress}"),
+            matches!(phase, "restarting" | "confirming" | "rolling-back"),
+        );
         self.save();
     }
 
@@ -294,8 +303,8 @@ fn upgrade(
 
 /// Takes this member's turn: the cluster lock, with the cluster rules asked again under
 /// it. The leader goes last: while another member runs the old release it lets the lock
-/// go, calls `waiting` and asks again after 2 s, until `leader_wait` passed; then it
-/// hands leadership to another healthy member and goes on.
+/// go, calls `waiting` and asks again after 2 s, until `leader_wait` passed. A leader
+/// hands leadership to another healthy member before its turn.
 pub fn take_turn(
     client: &Client,
     node: &Node,
@@ -331,6 +340,11 @@ pub fn take_turn(
         let view = survey(client, node)?;
         rules::cluster(&view, installed, new)?;
         if !rules::leader_must_wait(&view, new) {
+            // A leader restarting makes the others elect one, and their /health says
+            // "no leader" meanwhile: hand leadership on first, as a planned restart should.
+            if view.iter().any(|m| m.is_self && m.is_leader) {
+                hand_leadership_away(client, &view)?;
+            }
             return Ok(lock);
         }
         if started.elapsed() >= leader_wait {

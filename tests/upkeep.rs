@@ -203,6 +203,8 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
         "--config",
         cfg.to_str().unwrap(),
         "--no-systemd",
+        "--run-dir",
+        state.to_str().unwrap(),
     ]);
     let (_, se) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{se}");
@@ -231,6 +233,8 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
         "--config",
         cfg.to_str().unwrap(),
         "--no-systemd",
+        "--run-dir",
+        state.to_str().unwrap(),
     ]);
     let (_, se) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{se}");
@@ -243,10 +247,14 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
         "--config",
         cfg.to_str().unwrap(),
         "--no-systemd",
+        "--run-dir",
+        state.to_str().unwrap(),
     ]);
     let (so, se) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{so}{se}");
     println!("{version}: {so}");
+    // The operation status showed while it ran is gone with it.
+    assert!(!state.join("operation.json").exists());
     let aside: Vec<PathBuf> = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
@@ -661,6 +669,8 @@ fn pruned_snapshots_move_aside_and_a_copied_db_restores_with_skip_hash_check() {
             "--config",
             cfg.to_str().unwrap(),
             "--no-systemd",
+            "--run-dir",
+            dir.path().to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
         run(&args)

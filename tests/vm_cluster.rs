@@ -1489,6 +1489,39 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
             "cluster c4: rolling order: {name} done at +{took:.1} s ({down})"
         ));
     }
+    // What the management server saw meanwhile: each restart was asked for, so no node
+    // was ever `failed`; a restart caught by a poll says `in-progress`, naming the upgrade.
+    let t_end = unix_now();
+    for n in &c.nodes {
+        let list = n.samples.list.lock().unwrap();
+        let during: Vec<&Sample> = list
+            .iter()
+            .filter(|s| s.at >= t0 && s.at <= t_end)
+            .collect();
+        let failed: Vec<&&Sample> = during.iter().filter(|s| s.verdict == "failed").collect();
+        assert!(
+            failed.is_empty(),
+            "{}: {failed:?}\n{}",
+            n.name,
+            n.timeline(c.zero)
+        );
+        let on_purpose: Vec<&&Sample> = during
+            .iter()
+            .filter(|s| {
+                s.verdict == "in-progress" && s.progress.starts_with("etcd-setup upgrade (pid ")
+            })
+            .collect();
+        report(&format!(
+            "cluster c4: {} during the upgrade: {} polls, none failed, {} in-progress (etcd down on purpose){}",
+            n.name,
+            during.len(),
+            on_purpose.len(),
+            on_purpose
+                .first()
+                .map(|s| format!(": {}", s.progress))
+                .unwrap_or_default()
+        ));
+    }
     assert_eq!(versions(c, 0), ["3.5.16"; 3]);
     let long = c.nodes[0].vm().ssh_ok("etcd-setup status --long");
     report(&format!(

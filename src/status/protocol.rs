@@ -172,6 +172,10 @@ pub struct Answer {
     /// version and the cluster version it saw; absent when none ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeRecord>,
+    /// The day-2 command working on this node now (`upgrade`, `restore`, `leave`): its
+    /// pid, since when, its step, whether etcd is down on purpose; absent when none runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<crate::report::Operation>,
 }
 
 /// etcd's space, from its `/metrics`.

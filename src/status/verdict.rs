@@ -191,6 +191,7 @@ pub fn evaluate_at(
         warnings: Vec::new(),
         advisories: state.advisories.clone(),
         upgrade: state.upgrade.clone(),
+        operation: None,
     }
 }
 
@@ -228,6 +229,7 @@ fn without_state(
         warnings: Vec::new(),
         advisories: Vec::new(),
         upgrade: None,
+        operation: None,
     }
 }
 

@@ -249,6 +249,15 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
             start_timeout: s.start_timeout,
         })
     };
+    // etcd is stopped and started again: status says so rather than `failed`.
+    let mut op = crate::report::OperationGuard::begin(&args.dirs.run_dir, "restore", "checking");
+    op.step(
+        &format!(
+            "restoring {} (etcd is stopped and started again)",
+            args.file.display()
+        ),
+        true,
+    );
     match restore(
         &s,
         &args.file,

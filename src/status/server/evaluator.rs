@@ -117,6 +117,9 @@ pub(super) fn evaluator(
                 &persist_dir,
                 std::time::SystemTime::now(),
             );
+            if let Some(run_dir) = live_copy.parent() {
+                crate::status::operation::annotate(&mut answer, run_dir, &pid_alive);
+            }
             // Reused only when it came from the live copy, the one file the watch sees;
             // the persistent copy (read when the live one is missing) and a copy that
             // cannot be read are read again each time.
