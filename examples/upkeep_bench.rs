@@ -1,23 +1,29 @@
 //! Snapshot and defragmentation of a database of at least 100 MiB: `etcd-setup snapshot`
 //! against `etcdctl snapshot save`, `etcd-setup maintain` against `etcdctl defrag`, on the
-//! same one-member etcd in the same run; prints the figures and their ratios, asserts
-//! nothing.
+//! same one-member etcd on loopback in the same run; prints the figures and their ratios,
+//! asserts nothing about them.
 //!
 //! `cargo run --release --example upkeep_bench [-- VERSION [MIB]]` (default 3.5.16, 110).
-//! The data: MIB MiB of distinct keys of 96 KiB values, 5% of them overwritten and
-//! compacted away, so that `maintain` (thresholds 1 MiB, 1%) finds the member fragmented.
-//! `etcdctl defrag` runs first; the same fragmentation is made again for `maintain`.
+//! The data, built once: MIB MiB of distinct keys of 96 KiB values, 5% of them overwritten
+//! and compacted away, so that `maintain` (thresholds 1 MiB, 1%) finds the member
+//! fragmented. The snapshots run on that member, two of each alternated. Then the member is
+//! stopped (SIGTERM) and its data dir is the source of every defragmentation run: each run
+//! starts etcd on a fresh copy of it (`cp -a --reflink=auto`, fsynced) and times one
+//! command, `etcdctl defrag`, `maintain`, `maintain`, `etcdctl defrag` (A B B A), so that
+//! both sides defragment the same file and neither always runs first or with the warmer
+//! page cache.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::etcd::Cluster;
 
 /// The etcd-setup binary of the same profile (`cargo run --example` builds it too):
 /// target/PROFILE/etcd-setup beside target/PROFILE/examples/.
-fn bin() -> std::path::PathBuf {
+fn bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().unwrap().parent().unwrap().join("etcd-setup");
     assert!(
@@ -28,32 +34,121 @@ fn bin() -> std::path::PathBuf {
     bin
 }
 
-fn timed_ok(what: &str, cmd: &mut Command) -> Duration {
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// One timed command: how long it took, its stdout, and the wall clock (Unix ms) at its
+/// spawn and at its exit.
+struct Run {
+    took: Duration,
+    stdout: String,
+    spawned_ms: u128,
+    exited_ms: u128,
+}
+
+fn timed_ok(what: &str, cmd: &mut Command) -> Run {
+    let spawned_ms = unix_ms();
     let t = Instant::now();
     let out = cmd.output().expect(what);
     let took = t.elapsed();
+    let exited_ms = unix_ms();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
+        "{what}: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    print!(
-        "{what}: {:.3} s  {}",
-        took.as_secs_f64(),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    if !String::from_utf8_lossy(&out.stdout).ends_with('\n') {
+    print!("{what}: {:.3} s  {stdout}", took.as_secs_f64());
+    if !stdout.ends_with('\n') {
         println!();
     }
-    took
+    Run {
+        took,
+        stdout,
+        spawned_ms,
+        exited_ms,
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
+/// The bbolt file of etcd data dir `data`.
+fn db_file(data: &Path) -> PathBuf {
+    data.join("member/snap/db")
+}
+
+/// The length of the bbolt file of `data`, and the bytes allocated to it on disk (bbolt
+/// grows its file ahead of use, sparsely: the length says little of the space taken).
+fn db_len(data: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let f = db_file(data);
+    let m = std::fs::metadata(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    (m.len(), m.blocks() * 512)
+}
+
+/// A bbolt file's length and allocation, `L MiB (A allocated)`.
+fn file_mib((len, allocated): (u64, u64)) -> String {
+    format!("{:.1} MiB ({:.1} allocated)", mib(len), mib(allocated))
+}
+
+/// fsyncs every file under `p`, so that no copy's write-back runs during a measurement.
+fn fsync_tree(p: &Path) {
+    let meta = std::fs::symlink_metadata(p).unwrap();
+    if meta.is_dir() {
+        for e in std::fs::read_dir(p).unwrap() {
+            fsync_tree(&e.unwrap().path());
+        }
+    }
+    if meta.is_dir() || meta.is_file() {
+        std::fs::File::open(p)
+            .and_then(|f| f.sync_all())
+            .unwrap_or_else(|e| panic!("fsync {}: {e}", p.display()));
+    }
+}
+
+/// `to` becomes a copy of data dir `from` (modes and times kept, a reflink where the
+/// filesystem has them), on disk.
+fn copy_dir(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(from)
+        .arg(to)
+        .output()
+        .expect("run cp");
+    assert!(
+        out.status.success(),
+        "cp -a {} {}: {}",
+        from.display(),
+        to.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fsync_tree(to);
+}
+
+/// The `[start..end]` Unix ms of maintain's `defragmented` line.
+fn defrag_call(stdout: &str) -> Option<(u128, u128)> {
+    let line = stdout.lines().find(|l| l.starts_with("defragmented "))?;
+    let inner = line.rsplit_once('[')?.1.strip_suffix(']')?;
+    let (a, b) = inner.split_once("..")?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Etcdctl,
+    Maintain,
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let version = args.next().unwrap_or_else(|| "3.5.16".into());
-    let mib: usize = args.next().and_then(|m| m.parse().ok()).unwrap_or(110);
-    let c = Cluster::start_with(
+    let mib_arg: usize = args.next().and_then(|m| m.parse().ok()).unwrap_or(110);
+    let mut c = Cluster::start_with(
         &version,
         1,
         "tok-bench",
@@ -69,18 +164,21 @@ fn main() {
         })
         .unwrap();
     let d = dir.path();
+    // The data dir of every defragmentation run: a fresh copy each time.
+    let data = d.join("data");
     let cfg = d.join("config.toml");
     std::fs::write(
         &cfg,
         format!(
             "[node]\nname = \"m1\"\nip = \"{ip}\"\n\n[etcd]\ninitial_cluster = \"{ic}\"\n\
-             cluster_token = \"{tok}\"\ndata_dir = \"{d}/data\"\nclient_port = {cp}\n\
+             cluster_token = \"{tok}\"\ndata_dir = \"{data}\"\nclient_port = {cp}\n\
              peer_port = {pp}\nmetrics_port = {mp}\nquota_backend_bytes = \"8GiB\"\n\n\
              [install]\ndir = \"{bin}\"\n\n[snapshot]\ndir = \"{d}/snaps\"\n\n\
              [maintain]\nmin_db_size = \"1MiB\"\nmin_fragmented_percent = 1\n",
             ip = c.members[0].ip,
             ic = c.initial_cluster_arg(),
             tok = c.token,
+            data = data.display(),
             d = d.display(),
             cp = c.client_port,
             pp = c.peer_port,
@@ -90,34 +188,33 @@ fn main() {
     )
     .unwrap();
     let client = c.client();
+    let status = || {
+        let s = client.endpoint_status().unwrap().remove(0);
+        (s.db_size, s.db_size_in_use.unwrap_or(0))
+    };
     let value = "v".repeat(96 << 10);
-    let keys = mib * 1024 / 96;
+    let keys = mib_arg * 1024 / 96;
     let t = Instant::now();
     for i in 0..keys {
         client.put(&format!("bench/{i:05}"), &value).unwrap();
     }
     let written = t.elapsed();
-    // 5% of the keys rewritten short and the old revisions compacted away: the same
-    // fragmentation before each defragmentation.
-    let fragment = || {
-        for i in (0..keys).step_by(20) {
-            client.put(&format!("bench/{i:05}"), &value).unwrap();
-            client.put(&format!("bench/{i:05}"), "short").unwrap();
-        }
-        let rev = client.endpoint_status().unwrap()[0].revision;
-        client.compact(rev, true, Duration::from_secs(120)).unwrap();
-        client.put("tick", "t").unwrap();
-        let s = client.endpoint_status().unwrap().remove(0);
-        format!(
-            "db {:.1} MiB, in use {:.1} MiB",
-            s.db_size as f64 / 1048576.0,
-            s.db_size_in_use.unwrap_or(0) as f64 / 1048576.0
-        )
-    };
-    let state = fragment();
+    // 5% of the keys rewritten short and the old revisions compacted away: once, for
+    // every run below.
+    for i in (0..keys).step_by(20) {
+        client.put(&format!("bench/{i:05}"), &value).unwrap();
+        client.put(&format!("bench/{i:05}"), "short").unwrap();
+    }
+    let rev = client.endpoint_status().unwrap()[0].revision;
+    client.compact(rev, true, Duration::from_secs(120)).unwrap();
+    client.put("tick", "t").unwrap();
+    let (db, in_use) = status();
     println!(
-        "etcd {version}: {keys} keys written in {:.1} s; {state}",
-        written.as_secs_f64()
+        "etcd {version}: {keys} keys written in {:.1} s; 5% rewritten and compacted: \
+         db {:.1} MiB, in use {:.1} MiB",
+        written.as_secs_f64(),
+        mib(db),
+        mib(in_use)
     );
 
     let snap_ours = || {
@@ -131,6 +228,7 @@ fn main() {
                 d.join("state").to_str().unwrap(),
             ]),
         )
+        .took
     };
     let raw_file = d.join("raw.db");
     let snap_raw = || {
@@ -146,39 +244,132 @@ fn main() {
                     raw_file.to_str().unwrap(),
                 ]),
         )
+        .took
     };
     // Alternated, so that neither always runs with the warmer page cache.
     let (o1, r1, r2, o2) = (snap_ours(), snap_raw(), snap_raw(), snap_ours());
-    let (ours, raw) = (o1 + o2, r1 + r2);
     let size = std::fs::metadata(&raw_file).unwrap().len();
-    println!(
-        "snapshot of {:.1} MiB, two each: etcd-setup {:.3} s / etcdctl {:.3} s = {:.2}x",
-        size as f64 / 1048576.0,
-        ours.as_secs_f64(),
-        raw.as_secs_f64(),
-        ours.as_secs_f64() / raw.as_secs_f64()
+    let snapshot_line = format!(
+        "snapshot of {:.1} MiB, two each alternated: etcd-setup {:.3} + {:.3} s / \
+         etcdctl {:.3} + {:.3} s = {:.2}x",
+        mib(size),
+        o1.as_secs_f64(),
+        o2.as_secs_f64(),
+        r1.as_secs_f64(),
+        r2.as_secs_f64(),
+        (o1 + o2).as_secs_f64() / (r1 + r2).as_secs_f64()
     );
+    println!("{snapshot_line}");
 
-    let raw = timed_ok(
-        "etcdctl defrag",
-        Command::new(c.etcdctl())
-            .env_clear()
-            .env("ETCDCTL_API", "3")
-            .args([
-                &format!("--endpoints={}", c.client_url(0)),
-                "--command-timeout=600s",
-                "defrag",
-            ]),
+    // The fragmented member, stopped cleanly: the source of every defragmentation run.
+    let source = c.members[0].data_dir.clone();
+    assert!(
+        c.stop(0, Duration::from_secs(60)),
+        "etcd did not exit on SIGTERM within 60 s"
     );
-    println!("fragmented again: {}", fragment());
-    let ours = timed_ok(
-        "etcd-setup maintain",
-        Command::new(bin()).args(["maintain", "--config", cfg.to_str().unwrap()]),
-    );
+    let source_len = db_len(&source);
     println!(
-        "defrag: etcd-setup maintain {:.3} s / etcdctl defrag {:.3} s = {:.2}x",
-        ours.as_secs_f64(),
-        raw.as_secs_f64(),
-        ours.as_secs_f64() / raw.as_secs_f64()
+        "stopped; source data dir {}: bbolt file {}",
+        source.display(),
+        file_mib(source_len)
+    );
+    let initial = c.initial_cluster_arg();
+    let order = [Side::Etcdctl, Side::Maintain, Side::Maintain, Side::Etcdctl];
+    let (mut ours, mut raw) = (Vec::new(), Vec::new());
+    let mut rows = Vec::new();
+    for (k, side) in order.into_iter().enumerate() {
+        if data.exists() {
+            std::fs::remove_dir_all(&data).unwrap();
+        }
+        let t = Instant::now();
+        copy_dir(&source, &data);
+        let copied = t.elapsed();
+        let file_before = db_len(&data);
+        c.members[0].data_dir = data.clone();
+        c.launch(0, &initial, "new");
+        c.await_ready(0);
+        let (db_before, in_use_before) = status();
+        let run = match side {
+            Side::Etcdctl => timed_ok(
+                "etcdctl defrag",
+                Command::new(c.etcdctl())
+                    .env_clear()
+                    .env("ETCDCTL_API", "3")
+                    .args([
+                        &format!("--endpoints={}", c.client_url(0)),
+                        "--command-timeout=600s",
+                        "defrag",
+                    ]),
+            ),
+            Side::Maintain => timed_ok(
+                "etcd-setup maintain",
+                Command::new(bin()).args(["maintain", "--config", cfg.to_str().unwrap()]),
+            ),
+        };
+        let (db_after, in_use_after) = status();
+        assert!(
+            c.stop(0, Duration::from_secs(60)),
+            "etcd did not exit on SIGTERM within 60 s"
+        );
+        let file_after = db_len(&data);
+        let name = match side {
+            Side::Etcdctl => "etcdctl defrag",
+            Side::Maintain => "etcd-setup maintain",
+        };
+        let row = format!(
+            "run {} {name}: {:.3} s; bbolt file {} -> {}; etcd's db {:.1} MiB \
+             ({:.1} in use) -> {:.1} MiB ({:.1} in use); copy made in {:.1} s",
+            k + 1,
+            run.took.as_secs_f64(),
+            file_mib(file_before),
+            file_mib(file_after),
+            mib(db_before),
+            mib(in_use_before),
+            mib(db_after),
+            mib(in_use_after),
+            copied.as_secs_f64()
+        );
+        println!("{row}");
+        rows.push(row);
+        match side {
+            Side::Etcdctl => raw.push(run.took),
+            Side::Maintain => {
+                let (start, end) = defrag_call(&run.stdout)
+                    .unwrap_or_else(|| panic!("maintain did not defragment: {}", run.stdout));
+                let around = format!(
+                    "  maintain around its defrag call: {} ms before it (config, alarm \
+                     list, member list and statuses, the lock), {} ms after it (status, \
+                     unlock, exit); the call itself {} ms",
+                    start.saturating_sub(run.spawned_ms),
+                    run.exited_ms.saturating_sub(end),
+                    end.saturating_sub(start)
+                );
+                println!("{around}");
+                rows.push(around);
+                ours.push(run.took);
+            }
+        }
+    }
+    let secs = |v: &[Duration]| {
+        v.iter()
+            .map(|t| format!("{:.3}", t.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    let total = |v: &[Duration]| v.iter().sum::<Duration>().as_secs_f64();
+    println!("\n--- summary (etcd {version}, one member on loopback) ---");
+    println!("{snapshot_line}");
+    for r in &rows {
+        println!("{r}");
+    }
+    println!(
+        "defrag of the same bbolt file, {}, etcd's db {:.1} MiB ({:.1} in use), two each \
+         from fresh copies (A B B A): etcd-setup maintain {} s / etcdctl defrag {} s = {:.2}x",
+        file_mib(source_len),
+        mib(db),
+        mib(in_use),
+        secs(&ours),
+        secs(&raw),
+        total(&ours) / total(&raw)
     );
 }

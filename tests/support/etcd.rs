@@ -364,6 +364,23 @@ impl Cluster {
         }
     }
 
+    /// Stops member `i` as systemd would (SIGTERM: etcd commits its backend and closes)
+    /// and reaps it; SIGKILL if it has not exited within `wait`. True if it exited on
+    /// SIGTERM.
+    pub fn stop(&mut self, i: usize, wait: Duration) -> bool {
+        let Some(mut c) = self.members[i].child.take() else {
+            return true;
+        };
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let clean = self.members[i].await_exit(wait);
+        if !clean {
+            let _ = c.kill();
+        }
+        let _ = c.wait();
+        clean
+    }
+
     /// Kills member `i` and removes its data dir: the VM that was recreated empty.
     pub fn wipe(&mut self, i: usize) {
         self.kill(i);
