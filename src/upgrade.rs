@@ -269,6 +269,14 @@ fn upgrade(
     let snap = PathBuf::from(&taken.taken.file);
 
     let service = SystemdService::connect(settings.start_timeout)?;
+    // The snapshot took a while: the lock must still be ours before etcd is touched.
+    let mut lock = lock;
+    lock.ensure_held().map_err(|e| {
+        Failure::new(
+            ReasonCode::Locked,
+            format!("{e}; nothing was changed: run the upgrade again"),
+        )
+    })?;
     record.set(
         "installing",
         &format!("installing etcd {new} beside {installed}"),

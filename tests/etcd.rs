@@ -252,12 +252,27 @@ fn lock(version: &str) {
     assert!(took < Duration::from_secs(2), "took {took:?}");
 
     // The holder dies by SIGKILL: nobody deletes the key, the lease expires after 3 s.
+    let mut second = second;
+    assert!(second.ensure_held().is_ok());
     let pid = second.holder_pid().unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
+    // Its owner notices before it acts on the lock again.
+    let t = std::time::Instant::now();
+    let lost = loop {
+        match second.ensure_held() {
+            Err(e) => break e,
+            Ok(()) => assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "the holder's death went unseen"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(lost.to_string().contains("/etcd-setup/lock/test"), "{lost}");
     let (third, took) = support::etcd::timed(|| {
         client
             .lock(

@@ -166,6 +166,20 @@ impl ClusterLock {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
+    /// `Ok` while the holder runs; else the lost lock as an error naming it, for a caller
+    /// about to do what the lock guards (its lease may already be another's).
+    pub fn ensure_held(&mut self) -> Result<(), EtcdError> {
+        if self.is_held() {
+            return Ok(());
+        }
+        Err(EtcdError::new(
+            ErrorKind::Other,
+            &format!("lock {}", self.name),
+            &self.endpoints,
+            "the lock's holder (etcdctl lock) ended: its session is gone and another node may hold the lock now",
+        ))
+    }
+
     /// Releases the lock now: etcdctl deletes its key and exits.
     pub fn release(mut self) {
         self.finish(RELEASE_WAIT);

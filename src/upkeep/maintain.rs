@@ -267,7 +267,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
         return Ok(Done::default());
     }
     let cfg = &s.upkeep.maintain;
-    let lock = own
+    let mut lock = own
         .lock(LOCK, LOCK_TTL, cfg.lock_wait)
         .map_err(|e| match e.kind {
             ErrorKind::Timeout => Failure::new(
@@ -293,6 +293,13 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
         let Some(m) = now.into_iter().find(|m| m.name == name) else {
             continue;
         };
+        // One member at a time only while the lock is ours.
+        lock.ensure_held().map_err(|e| {
+            Failure::new(
+                ReasonCode::MaintainFailed,
+                format!("{e}; defragmentation stopped before {}", m.name),
+            )
+        })?;
         defragment(&own, &m, cfg.defrag_timeout)?;
         done.defragmented.push(m.name);
     }
