@@ -135,7 +135,10 @@ impl Recorder {
         self.record.progress = progress.into();
         self.op.step(
             &format!("{phase}: {progress}"),
-            matches!(phase, "restarting" | "confirming" | "rolling-back"),
+            matches!(
+                phase,
+                "handing-over" | "restarting" | "confirming" | "rolling-back"
+            ),
         );
         self.save();
     }
@@ -236,12 +239,18 @@ fn upgrade(
         new,
         args.lock_wait,
         args.leader_wait,
-        &mut |view| {
-            record.record.members = versions_of(view);
-            record.set(
-                "waiting-for-lock",
-                "this member leads; waiting for the other members to upgrade first",
-            );
+        &mut |turn| match turn {
+            Turn::Waiting(view) => {
+                record.record.members = versions_of(view);
+                record.set(
+                    "waiting-for-lock",
+                    "this member leads; waiting for the other members to upgrade first",
+                );
+            }
+            Turn::HandingOver => record.set(
+                "handing-over",
+                "handing leadership to another member before the restart",
+            ),
         },
     )?;
     eprintln!(
@@ -309,6 +318,15 @@ fn upgrade(
     ))
 }
 
+/// What [`take_turn`] reports on the way.
+pub enum Turn<'a> {
+    /// This member leads and lets the lock go while the others (in `view`) upgrade.
+    Waiting(&'a [MemberView]),
+    /// This member leads and hands leadership on now: its etcd's `/health` may say "no
+    /// leader" for a moment, on purpose.
+    HandingOver,
+}
+
 /// Takes this member's turn: the cluster lock, with the cluster rules asked again under
 /// it. The leader goes last: while another member runs the old release it lets the lock
 /// go, calls `waiting` and asks again after 2 s, until `leader_wait` passed. A leader
@@ -320,7 +338,7 @@ pub fn take_turn(
     new: Version,
     lock_wait: Duration,
     leader_wait: Duration,
-    waiting: &mut dyn FnMut(&[MemberView]),
+    turn: &mut dyn FnMut(Turn<'_>),
 ) -> Result<etcd::ClusterLock, Failure> {
     let started = Instant::now();
     // The lock's session lives on the other members: this member's etcd restarts while
@@ -351,16 +369,18 @@ pub fn take_turn(
             // A leader restarting makes the others elect one, and their /health says
             // "no leader" meanwhile: hand leadership on first, as a planned restart should.
             if view.iter().any(|m| m.is_self && m.is_leader) {
+                turn(Turn::HandingOver);
                 hand_leadership_away(client, &view)?;
             }
             return Ok(lock);
         }
         if started.elapsed() >= leader_wait {
+            turn(Turn::HandingOver);
             hand_leadership_away(client, &view)?;
             return Ok(lock);
         }
         lock.release();
-        waiting(&view);
+        turn(Turn::Waiting(&view));
         // The others' progress is in etcd, which offers no event to await here: ask
         // again shortly.
         std::thread::sleep(Duration::from_secs(2));

@@ -406,7 +406,11 @@ fn a_leader_alone_hands_leadership_on_when_its_wait_is_over() {
         v("3.5.30"),
         WAIT,
         Duration::ZERO,
-        &mut |_| panic!("a leader with no wait left waited"),
+        &mut |turn| {
+            if let upgrade::Turn::Waiting(_) = turn {
+                panic!("a leader with no wait left waited")
+            }
+        },
     )
     .unwrap();
     let view = upgrade::survey(&n.client(c.client_urls()), &n).unwrap();

@@ -140,7 +140,7 @@ pub struct State {
 /// Where an `etcd-setup upgrade` is or ended, and the cluster's versions it saw last.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UpgradeRecord {
-    /// `waiting-for-lock`, `snapshot`, `installing`, `restarting`, `confirming`,
+    /// `waiting-for-lock`, `handing-over`, `snapshot`, `installing`, `restarting`, `confirming`,
     /// `rolling-back`, `done`, `rolled-back` or `refused`.
     pub phase: String,
     /// The release the member ran before.
