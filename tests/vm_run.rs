@@ -387,25 +387,25 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
     );
 }
 
-/// c, d, e (both ISOs) and f on one booted node, in that order. Each is a failure that
-/// installs nothing and leaves etcd off, so the node can honestly be put back between
-/// them: cloud-init's runcmd run over, the config.toml the scenario's own boot would have
-/// been given, [`reset_node`] (no etcd, no state, no failure file) and the disc it needs;
-/// each run then has the whole path ahead, as on a fresh node. c is the boot's own run;
-/// d, e and f start the packaged etcd-setup.service again. One boot instead of five.
+/// c, d, e (both ISOs) and f on one booted node, d first. Each is a failure that installs
+/// nothing and leaves etcd off, so the node can honestly be put back between them:
+/// cloud-init's runcmd run over, the config.toml the scenario's own boot would have been
+/// given, [`reset_node`] (no etcd, no state, no failure file) and the disc it needs; each
+/// run then has the whole path ahead, as on a fresh node. d is the boot's own run (its
+/// runcmd run then ends at once, on the same disc); c, e and f start the packaged
+/// etcd-setup.service again. One boot instead of five.
 #[test]
 fn c_d_e_f_failures_share_one_node_and_each_reports_its_own_reason() {
     let t_all = Instant::now();
-    let c_config = [("ISO_WAIT", "20s")];
-    let mut vm = boot("run-cdef", None, &c_config);
+    let mut vm = boot("run-cdef", None, &[]);
     // The rewrites below render the template as cloud-init's write_files did here.
     assert_eq!(
         root(&vm, "cat /etc/etcd-setup/config.toml"),
-        config_toml(&vm.name, &c_config),
+        config_toml(&vm.name, &[]),
         "config_toml does not render what cloud-init wrote"
     );
-    c_no_iso_times_out_with_a_reason_listing_the_discs(&vm);
     d_iso_without_etcd_fails_archive_missing_within_seconds(&mut vm);
+    c_no_iso_times_out_with_a_reason_listing_the_discs(&mut vm);
     e_corrupt_and_foreign_archives_each_fail_with_their_own_code(&mut vm);
     f_etcd_that_cannot_start_is_reported_and_not_left_crash_looping(&mut vm);
     report(&format!(
@@ -452,21 +452,69 @@ fn next_scenario(vm: &Vm, overrides: &[(&str, &str)]) {
 }
 
 /// Takes the disc out of the Kubernetes CD-ROM and puts `iso` in (as block node `node`),
-/// waiting in the guest for the empty drive, then for the new disc (udev's media property
-/// and label link): the test ISOs share the label CDROM, so only the empty drive between
-/// them shows the guest saw the swap.
+/// waiting until the guest's drive reports no disc, then the new one (CDROM_DRIVE_STATUS).
+/// udev is no witness here: after the host's eject it keeps the old disc's media
+/// property and label link, and the test ISOs share the label CDROM.
 fn swap_disc(vm: &mut Vm, iso: &str, node: &str) {
-    vm.eject_cdrom();
-    root(
-        vm,
-        "timeout 30 sh -c 'while udevadm info --query=property /dev/sr0 | grep -q ^ID_CDROM_MEDIA=1; do sleep 0.2; done'; \
-         udevadm settle --timeout 30",
-    );
+    let t = Instant::now();
+    eject_disc(vm);
+    let empty = t.elapsed().as_secs_f64();
     insert_iso_forced(vm, &support::inputs::isos().join(iso), node);
-    root(
+    wait_drive(vm, &[CDS_DISC_OK], "a disc");
+    report(&format!(
+        "run scenario c-f: {iso} swapped in: the guest's drive said no disc {empty:.1} s after the eject, the new disc {:.1} s after the insert",
+        t.elapsed().as_secs_f64() - empty
+    ));
+}
+
+/// Ejects the Kubernetes CD-ROM's disc and waits until the guest's drive reports none.
+fn eject_disc(vm: &mut Vm) {
+    vm.eject_cdrom();
+    wait_drive(vm, &[CDS_NO_DISC, CDS_TRAY_OPEN], "no disc");
+}
+
+/// CDROM_DRIVE_STATUS answers (linux/cdrom.h).
+const CDS_NO_DISC: i32 = 1;
+/// The tray is open (no disc to read).
+const CDS_TRAY_OPEN: i32 = 2;
+/// A disc is in and ready.
+const CDS_DISC_OK: i32 = 4;
+
+/// Waits (in the guest, at most 30 s) until /dev/sr0's CDROM_DRIVE_STATUS is one of `want`,
+/// asked as etcd-setup asks it: opened with O_NONBLOCK, so the tray is not pulled in.
+fn wait_drive(vm: &Vm, want: &[i32], what: &str) {
+    let want_list = want
+        .iter()
+        .map(|w| w.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let script = format!(
+        r#"import fcntl, os, time
+want = ({want_list},)
+deadline = time.monotonic() + 30
+while True:
+    fd = os.open("/dev/sr0", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        status = fcntl.ioctl(fd, 0x5326, 0x7FFFFFFF)  # CDROM_DRIVE_STATUS, CDSL_CURRENT
+    finally:
+        os.close(fd)
+    if status in want or time.monotonic() > deadline:
+        print(status)
+        break
+    time.sleep(0.1)
+"#
+    );
+    let said = root(
         vm,
-        "timeout 60 sh -c 'until udevadm info --query=property /dev/sr0 | grep -q ^ID_CDROM_MEDIA=1 \
-         && [ -e /dev/disk/by-label/CDROM ]; do sleep 0.2; done'",
+        &format!("cat >/run/drive-status.py <<'EOF'\n{script}EOF\npython3 /run/drive-status.py"),
+    );
+    let status: i32 = said
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("drive status: {said:?}"));
+    assert!(
+        want.contains(&status),
+        "the guest's /dev/sr0 says CDROM_DRIVE_STATUS {status} after 30 s, want {what} ({want:?})"
     );
 }
 
@@ -481,9 +529,13 @@ fn start_unit(vm: &Vm) -> (i32, f64) {
 
 /// c: only the seed ISO, wait 20 s → iso-timeout within 25 s, non-zero exit, etcd off.
 /// Also exit code 3: a missing configuration is reported as config-invalid.
-/// The boot's own run: the node booted with an empty drive and `wait = "20s"`.
-fn c_no_iso_times_out_with_a_reason_listing_the_discs(vm: &Vm) {
-    let (status, secs) = wait_unit_exit(vm, Duration::from_secs(120));
+/// After d on the same node: its disc ejected (the guest sees the drive empty), config.toml
+/// rewritten with `wait = "20s"`, as c's own boot was configured, etcd-setup.service
+/// started again.
+fn c_no_iso_times_out_with_a_reason_listing_the_discs(vm: &mut Vm) {
+    next_scenario(vm, &[("ISO_WAIT", "20s")]);
+    eject_disc(vm);
+    let (status, secs) = start_unit(vm);
     assert_eq!(status, 1);
     assert!(secs <= 25.0, "iso-timeout after {secs:.1} s, beyond 25 s");
     let line = failure_line(vm);
@@ -525,11 +577,8 @@ fn c_no_iso_times_out_with_a_reason_listing_the_discs(vm: &Vm) {
 }
 
 /// d: a Kubernetes ISO without etcd inserted → archive-missing within 2 s of insertion.
-/// After c on the same node: the template's default config (wait 10 min), the drive still
-/// empty, etcd-setup.service started again and waiting when the disc goes in.
+/// The boot's own run: the node booted with an empty drive and the default config.
 fn d_iso_without_etcd_fails_archive_missing_within_seconds(vm: &mut Vm) {
-    next_scenario(vm, &[]);
-    root(vm, "systemctl start --no-block etcd-setup");
     wait_until_waiting_for_iso(vm);
     let secs = insert_and_time(vm, "k8s-no-etcd.iso", &format!("[ -s {FAILED_FILE} ]"));
     let (status, _) = wait_unit_exit(vm, Duration::from_secs(60));
@@ -546,7 +595,7 @@ fn d_iso_without_etcd_fails_archive_missing_within_seconds(vm: &mut Vm) {
 
 /// e: a corrupt tarball, and one whose binaries are for another machine: each its own
 /// code, nothing installed, etcd off.
-/// After d on the same node: the default config, the disc swapped for each ISO before
+/// After c on the same node: the default config, the disc swapped for each ISO before
 /// etcd-setup.service starts again (the ISO in the drive at the start, as at a boot).
 fn e_corrupt_and_foreign_archives_each_fail_with_their_own_code(vm: &mut Vm) {
     for (iso, code) in [
