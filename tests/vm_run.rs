@@ -387,15 +387,158 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
     );
 }
 
+/// c, d, e (both ISOs) and f on one booted node, d first. Each is a failure that installs
+/// nothing and leaves etcd off, so the node can honestly be put back between them:
+/// cloud-init's runcmd run over, the config.toml the scenario's own boot would have been
+/// given, [`reset_node`] (no etcd, no state, no failure file) and the disc it needs; each
+/// run then has the whole path ahead, as on a fresh node. d is the boot's own run (its
+/// runcmd run then ends at once, on the same disc); c, e and f start the packaged
+/// etcd-setup.service again. One boot instead of five.
+#[test]
+fn c_d_e_f_failures_share_one_node_and_each_reports_its_own_reason() {
+    let t_all = Instant::now();
+    let mut vm = boot("run-cdef", None, &[]);
+    // The rewrites below render the template as cloud-init's write_files did here.
+    assert_eq!(
+        root(&vm, "cat /etc/etcd-setup/config.toml"),
+        config_toml(&vm.name, &[]),
+        "config_toml does not render what cloud-init wrote"
+    );
+    d_iso_without_etcd_fails_archive_missing_within_seconds(&mut vm);
+    c_no_iso_times_out_with_a_reason_listing_the_discs(&mut vm);
+    e_corrupt_and_foreign_archives_each_fail_with_their_own_code(&mut vm);
+    f_etcd_that_cannot_start_is_reported_and_not_left_crash_looping(&mut vm);
+    report(&format!(
+        "run scenario c-f: c, d, both e and f on one node in {:.1} s",
+        t_all.elapsed().as_secs_f64()
+    ));
+}
+
+/// The /etc/etcd-setup/config.toml the packaged cloud-config template writes for the node
+/// `name` with `overrides`: the content of its write_files entry, unindented.
+fn config_toml(name: &str, overrides: &[(&str, &str)]) -> String {
+    let cloud_config = support::inputs::cloud_config(name, overrides);
+    let text: String = cloud_config
+        .lines()
+        .skip_while(|l| l.trim() != "content: |")
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("      "))
+        .map(|l| format!("{}\n", l.strip_prefix("      ").unwrap_or(l)))
+        .collect();
+    assert!(
+        text.starts_with("[node]\n"),
+        "no config.toml in the template's cloud-config:\n{cloud_config}"
+    );
+    text
+}
+
+/// Readies the shared node for the next scenario: cloud-init's runcmd run (which shares
+/// the boot run's outcome) has ended, /etc/etcd-setup/config.toml is rewritten as the
+/// template renders it with `overrides` (what that scenario's own boot was given), and
+/// [`reset_node`] removes etcd and every state and failure file.
+fn next_scenario(vm: &Vm, overrides: &[(&str, &str)]) {
+    let ci = vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
+    assert!(ci.status.code().is_some(), "cloud-init status: {ci:?}");
+    let config = config_toml(&vm.name, overrides);
+    let local = vm.dir.join("config.toml");
+    std::fs::write(&local, &config).expect("write config.toml for the guest");
+    vm.copy_in(&local, "/tmp/config.toml");
+    root(
+        vm,
+        "install -m 0644 -o root -g root /tmp/config.toml /etc/etcd-setup/config.toml && rm /tmp/config.toml",
+    );
+    assert_eq!(root(vm, "cat /etc/etcd-setup/config.toml"), config);
+    reset_node(vm);
+}
+
+/// Takes the disc out of the Kubernetes CD-ROM and puts `iso` in (as block node `node`),
+/// waiting until the guest's drive reports no disc, then the new one (CDROM_DRIVE_STATUS).
+/// udev is no witness here: after the host's eject it keeps the old disc's media
+/// property and label link, and the test ISOs share the label CDROM.
+fn swap_disc(vm: &mut Vm, iso: &str, node: &str) {
+    let t = Instant::now();
+    eject_disc(vm);
+    let empty = t.elapsed().as_secs_f64();
+    insert_iso_forced(vm, &support::inputs::isos().join(iso), node);
+    wait_drive(vm, &[CDS_DISC_OK], "a disc");
+    report(&format!(
+        "run scenario c-f: {iso} swapped in: the guest's drive said no disc {empty:.1} s after the eject, the new disc {:.1} s after the insert",
+        t.elapsed().as_secs_f64() - empty
+    ));
+}
+
+/// Ejects the Kubernetes CD-ROM's disc and waits until the guest's drive reports none.
+fn eject_disc(vm: &mut Vm) {
+    vm.eject_cdrom();
+    wait_drive(vm, &[CDS_NO_DISC, CDS_TRAY_OPEN], "no disc");
+}
+
+/// CDROM_DRIVE_STATUS answers (linux/cdrom.h).
+const CDS_NO_DISC: i32 = 1;
+/// The tray is open (no disc to read).
+const CDS_TRAY_OPEN: i32 = 2;
+/// A disc is in and ready.
+const CDS_DISC_OK: i32 = 4;
+
+/// Waits (in the guest, at most 30 s) until /dev/sr0's CDROM_DRIVE_STATUS is one of `want`,
+/// asked as etcd-setup asks it: opened with O_NONBLOCK, so the tray is not pulled in.
+fn wait_drive(vm: &Vm, want: &[i32], what: &str) {
+    let want_list = want
+        .iter()
+        .map(|w| w.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let script = format!(
+        r#"import fcntl, os, time
+want = ({want_list},)
+deadline = time.monotonic() + 30
+while True:
+    fd = os.open("/dev/sr0", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        status = fcntl.ioctl(fd, 0x5326, 0x7FFFFFFF)  # CDROM_DRIVE_STATUS, CDSL_CURRENT
+    finally:
+        os.close(fd)
+    if status in want or time.monotonic() > deadline:
+        print(status)
+        break
+    time.sleep(0.1)
+"#
+    );
+    let said = root(
+        vm,
+        &format!("cat >/run/drive-status.py <<'EOF'\n{script}EOF\npython3 /run/drive-status.py"),
+    );
+    let status: i32 = said
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("drive status: {said:?}"));
+    assert!(
+        want.contains(&status),
+        "the guest's /dev/sr0 says CDROM_DRIVE_STATUS {status} after 30 s, want {what} ({want:?})"
+    );
+}
+
+/// Starts etcd-setup.service, waits for its run to end (see [`run_unit`]); returns (exit
+/// status, seconds from its start to its exit), as [`wait_unit_exit`] does for the boot's run.
+fn start_unit(vm: &Vm) -> (i32, f64) {
+    let status = run_unit(vm);
+    let (exit, secs) = wait_unit_exit(vm, Duration::from_secs(30));
+    assert_eq!(exit, status, "two exit statuses for one run");
+    (status, secs)
+}
+
 /// c: only the seed ISO, wait 20 s → iso-timeout within 25 s, non-zero exit, etcd off.
 /// Also exit code 3: a missing configuration is reported as config-invalid.
-#[test]
-fn c_no_iso_times_out_with_a_reason_listing_the_discs() {
-    let vm = boot("run-c", None, &[("ISO_WAIT", "20s")]);
-    let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(120));
+/// After d on the same node: its disc ejected (the guest sees the drive empty), config.toml
+/// rewritten with `wait = "20s"`, as c's own boot was configured, etcd-setup.service
+/// started again.
+fn c_no_iso_times_out_with_a_reason_listing_the_discs(vm: &mut Vm) {
+    next_scenario(vm, &[("ISO_WAIT", "20s")]);
+    eject_disc(vm);
+    let (status, secs) = start_unit(vm);
     assert_eq!(status, 1);
     assert!(secs <= 25.0, "iso-timeout after {secs:.1} s, beyond 25 s");
-    let line = failure_line(&vm);
+    let line = failure_line(vm);
     assert!(line.starts_with("iso-timeout: "), "{line}");
     assert!(line.contains("within 20 s"), "{line}");
     assert!(
@@ -403,7 +546,7 @@ fn c_no_iso_times_out_with_a_reason_listing_the_discs() {
         "{line}"
     );
     assert!(line.contains("/dev/sr0 (no medium)"), "{line}");
-    let (code, doc) = status_json(&vm);
+    let (code, doc) = status_json(vm);
     assert_eq!(
         (code, doc["reason"]["code"].as_str()),
         (1, Some("iso-timeout")),
@@ -413,7 +556,7 @@ fn c_no_iso_times_out_with_a_reason_listing_the_discs() {
         vm.ssh_ok(&format!("stat -c %U {FAILED_FILE}")).trim(),
         "cloud"
     );
-    assert_etcd_off(&vm);
+    assert_etcd_off(vm);
     verdict(
         "c: no ISO, wait 20 s",
         secs,
@@ -421,11 +564,11 @@ fn c_no_iso_times_out_with_a_reason_listing_the_discs() {
     );
 
     let out = root(
-        &vm,
+        vm,
         "etcd-setup run --config /etc/etcd-setup/absent.toml; echo rc=$?",
     );
     assert!(out.trim().ends_with("rc=3"), "{out}");
-    let line = failure_line(&vm);
+    let line = failure_line(vm);
     assert!(
         line.starts_with("config-invalid: ") && line.contains("/etc/etcd-setup/absent.toml"),
         "{line}"
@@ -434,16 +577,15 @@ fn c_no_iso_times_out_with_a_reason_listing_the_discs() {
 }
 
 /// d: a Kubernetes ISO without etcd inserted → archive-missing within 2 s of insertion.
-#[test]
-fn d_iso_without_etcd_fails_archive_missing_within_seconds() {
-    let mut vm = boot("run-d", None, &[]);
-    wait_until_waiting_for_iso(&vm);
-    let secs = insert_and_time(&mut vm, "k8s-no-etcd.iso", &format!("[ -s {FAILED_FILE} ]"));
-    let (status, _) = wait_unit_exit(&vm, Duration::from_secs(60));
+/// The boot's own run: the node booted with an empty drive and the default config.
+fn d_iso_without_etcd_fails_archive_missing_within_seconds(vm: &mut Vm) {
+    wait_until_waiting_for_iso(vm);
+    let secs = insert_and_time(vm, "k8s-no-etcd.iso", &format!("[ -s {FAILED_FILE} ]"));
+    let (status, _) = wait_unit_exit(vm, Duration::from_secs(60));
     assert_eq!(status, 1);
-    let line = failure_line(&vm);
+    let line = failure_line(vm);
     assert!(line.starts_with("archive-missing: the Kubernetes ISO on /dev/sr0 (label CDROM) has no etcd/etcd-linux-amd64.tar.gz"), "{line}");
-    assert_etcd_off(&vm);
+    assert_etcd_off(vm);
     verdict(
         "d: ISO without etcd inserted",
         secs,
@@ -453,19 +595,21 @@ fn d_iso_without_etcd_fails_archive_missing_within_seconds() {
 
 /// e: a corrupt tarball, and one whose binaries are for another machine: each its own
 /// code, nothing installed, etcd off.
-#[test]
-fn e_corrupt_and_foreign_archives_each_fail_with_their_own_code() {
+/// After c on the same node: the default config, the disc swapped for each ISO before
+/// etcd-setup.service starts again (the ISO in the drive at the start, as at a boot).
+fn e_corrupt_and_foreign_archives_each_fail_with_their_own_code(vm: &mut Vm) {
     for (iso, code) in [
         ("k8s-corrupt-etcd.iso", "archive-corrupt"),
         ("k8s-wrong-arch.iso", "wrong-architecture"),
     ] {
-        let vm = boot(&format!("run-e-{code}"), Some(iso), &[]);
-        let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(300));
+        next_scenario(vm, &[]);
+        swap_disc(vm, iso, &format!("cd-e-{code}"));
+        let (status, secs) = start_unit(vm);
         assert_eq!(status, 1);
-        let line = failure_line(&vm);
+        let line = failure_line(vm);
         assert!(line.starts_with(&format!("{code}: ")), "{line}");
         assert!(line.contains("/dev/sr0"), "names no device: {line}");
-        assert_etcd_off(&vm);
+        assert_etcd_off(vm);
         assert!(
             vm.ssh("test -e /opt/bin/etcd").status.code() == Some(1),
             "etcd installed from a bad archive"
@@ -476,14 +620,12 @@ fn e_corrupt_and_foreign_archives_each_fail_with_their_own_code() {
 
 /// f: etcd cannot start (its listen IP is not on the node) → etcd-start-failed with its
 /// exit status and log lines; etcd stopped and disabled, not crash-looping.
-#[test]
-fn f_etcd_that_cannot_start_is_reported_and_not_left_crash_looping() {
-    let vm = boot(
-        "run-f",
-        Some("k8s-etcd-3.5.1.iso"),
-        &[("NODE_IP", "10.0.2.99")],
-    );
-    let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(400));
+/// After e on the same node: config.toml rewritten with `ip = "10.0.2.99"` (and the initial
+/// cluster on it), as f's own boot was configured; the 3.5.1 ISO in the drive.
+fn f_etcd_that_cannot_start_is_reported_and_not_left_crash_looping(vm: &mut Vm) {
+    next_scenario(vm, &[("NODE_IP", "10.0.2.99")]);
+    swap_disc(vm, "k8s-etcd-3.5.1.iso", "cd-f");
+    let (status, secs) = start_unit(vm);
     assert_eq!(status, 1);
     let text = vm.ssh_ok(&format!("cat {FAILED_FILE}"));
     let line = text.lines().next().unwrap_or_default();
@@ -493,11 +635,11 @@ fn f_etcd_that_cannot_start_is_reported_and_not_left_crash_looping() {
         line.contains("10.0.2.99:2380: bind: cannot assign requested address"),
         "etcd's own error (cannot bind 10.0.2.99) is not in the reason:\n{text}"
     );
-    assert_etcd_off(&vm);
+    assert_etcd_off(vm);
     let restarts = |vm: &Vm| vm.ssh_ok("systemctl show -p NRestarts --value etcd.service");
-    let before = restarts(&vm);
+    let before = restarts(vm);
     std::thread::sleep(Duration::from_secs(8)); // longer than RestartSec: a loop would show
-    assert_eq!(restarts(&vm), before, "etcd.service keeps restarting");
+    assert_eq!(restarts(vm), before, "etcd.service keeps restarting");
     verdict(
         "f: etcd cannot bind its IP",
         secs,
