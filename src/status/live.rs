@@ -1,7 +1,6 @@
 //! etcd's live view: etcd.service over D-Bus and its health endpoint, asked when an answer is built.
 
 use super::protocol::SpaceView;
-use super::upkeep::MetricsSeen;
 use crate::health::{self, Health};
 use crate::systemd::{Systemd, UnitState};
 use crate::unit::ETCD_UNIT;
@@ -33,11 +32,6 @@ pub trait LiveView: Send + Sync {
     fn space(&self) -> Option<SpaceView> {
         None
     }
-
-    /// Whether the member is a learner now (`false`: a voter), when it says.
-    fn learner(&self) -> Option<bool> {
-        None
-    }
 }
 
 /// The live view on a node: `etcd.service` over D-Bus (one connection, kept) and
@@ -48,7 +42,7 @@ pub struct SystemLive {
     systemd: Mutex<Option<Systemd>>,
     cache: Mutex<Option<(Instant, Result<EtcdLive, String>)>>,
     pub(super) version: Mutex<Option<VersionSeen>>,
-    seen: Mutex<Option<(Instant, Option<MetricsSeen>)>>,
+    space: Mutex<Option<(Instant, Option<SpaceView>)>>,
 }
 
 /// The running etcd's version, read once per etcd process: it cannot change without a
@@ -81,7 +75,7 @@ impl SystemLive {
             systemd: Mutex::new(None),
             cache: Mutex::new(None),
             version: Mutex::new(None),
-            seen: Mutex::new(None),
+            space: Mutex::new(None),
         }
     }
 
@@ -141,28 +135,17 @@ impl SystemLive {
     }
 }
 
-impl SystemLive {
-    /// Space and role from one `/metrics` read, kept for [`SystemLive::TTL`].
-    fn metrics_seen(&self) -> Option<MetricsSeen> {
-        let mut cache = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+impl LiveView for SystemLive {
+    fn space(&self) -> Option<SpaceView> {
+        let mut cache = self.space.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, seen)) = cache.as_ref() {
             if at.elapsed() < Self::TTL {
                 return seen.clone();
             }
         }
-        let seen = super::upkeep::read_metrics(self.metrics, Duration::from_secs(1)).ok();
+        let seen = super::upkeep::read_space(self.metrics, Duration::from_secs(1)).ok();
         *cache = Some((Instant::now(), seen.clone()));
         seen
-    }
-}
-
-impl LiveView for SystemLive {
-    fn space(&self) -> Option<SpaceView> {
-        self.metrics_seen().map(|m| m.space)
-    }
-
-    fn learner(&self) -> Option<bool> {
-        self.metrics_seen().and_then(|m| m.learner)
     }
 
     fn etcd(&self) -> Result<EtcdLive, String> {

@@ -101,10 +101,6 @@ pub struct EtcdView {
     /// `null` when the state records no such count (written by an older agent).
     #[serde(default)]
     pub restarts_since_confirmed: Option<u32>,
-    /// The member's role, `voter` or `learner` (`etcd_server_is_learner` on its
-    /// `/metrics`); absent when etcd is not active or does not say.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
 }
 
 /// The answer to a request (schema version 1; fields may be added, never changed).

@@ -156,9 +156,6 @@ fn raw_long(a: &Answer) -> String {
         )),
         None => out.push_str("unit:     -\n"),
     }
-    if let Some(role) = a.etcd.as_ref().and_then(|e| e.role.as_deref()) {
-        out.push_str(&format!("role:     {}\n", printable::line(role)));
-    }
     let pid = a.run.pid.map_or_else(|| "-".into(), |p| p.to_string());
     out.push_str(&format!(
         "run:      pid {pid} ({})\n",

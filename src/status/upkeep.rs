@@ -22,18 +22,6 @@ pub const DB_SIZE: &str = "etcd_mvcc_db_total_size_in_bytes";
 pub const DB_IN_USE: &str = "etcd_mvcc_db_total_size_in_use_in_bytes";
 /// The metric of the quota.
 pub const QUOTA: &str = "etcd_server_quota_backend_bytes";
-/// The metric that says whether the member is a learner (1) or a voter (0); etcd 3.4
-/// and 3.5 both have it.
-pub const IS_LEARNER: &str = "etcd_server_is_learner";
-
-/// What one read of `/metrics` gives an answer: the space, and the member's role.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MetricsSeen {
-    /// Database size, size in use, quota.
-    pub space: SpaceView,
-    /// Whether the member is a learner; `None` when `/metrics` does not say.
-    pub learner: Option<bool>,
-}
 
 /// The value of an unlabelled gauge line `NAME VALUE` (Go writes `1.6384e+07`).
 fn gauge(line: &str, name: &str) -> Option<u64> {
@@ -44,42 +32,31 @@ fn gauge(line: &str, name: &str) -> Option<u64> {
 
 /// Reads the three space metrics from an HTTP reply to `GET /metrics`.
 pub fn parse_space(reader: impl BufRead) -> Result<SpaceView, String> {
-    parse_metrics(reader).map(|m| m.space)
-}
-
-/// Reads the three space metrics and the learner gauge from an HTTP reply to
-/// `GET /metrics`.
-pub fn parse_metrics(reader: impl BufRead) -> Result<MetricsSeen, String> {
-    let (mut size, mut in_use, mut quota, mut learner) = (None, None, None, None);
+    let (mut size, mut in_use, mut quota) = (None, None, None);
     for line in reader.split(b'\n') {
         let line = line.map_err(|e| e.to_string())?;
         let line = String::from_utf8_lossy(&line);
         size = size.or_else(|| gauge(&line, DB_SIZE));
         in_use = in_use.or_else(|| gauge(&line, DB_IN_USE));
         quota = quota.or_else(|| gauge(&line, QUOTA));
-        learner = learner.or_else(|| gauge(&line, IS_LEARNER).map(|v| v == 1));
-        if size.is_some() && in_use.is_some() && quota.is_some() && learner.is_some() {
+        if size.is_some() && in_use.is_some() && quota.is_some() {
             break;
         }
     }
     let db_size = size.ok_or_else(|| format!("no {DB_SIZE} in /metrics"))?;
     let quota = quota.ok_or_else(|| format!("no {QUOTA} in /metrics"))?;
-    Ok(MetricsSeen {
-        space: SpaceView {
-            db_size,
-            db_size_in_use: in_use,
-            quota,
-            quota_used_percent: db_size.saturating_mul(100) / quota.max(1),
-        },
-        learner,
+    Ok(SpaceView {
+        db_size,
+        db_size_in_use: in_use,
+        quota,
+        quota_used_percent: db_size.saturating_mul(100) / quota.max(1),
     })
 }
 
-/// etcd's space and the member's role from `GET /metrics` at `addr`, within `deadline`
-/// in all.
-pub fn read_metrics(addr: SocketAddr, deadline: Duration) -> Result<MetricsSeen, String> {
+/// etcd's space from `GET /metrics` at `addr`, within `deadline` in all.
+pub fn read_space(addr: SocketAddr, deadline: Duration) -> Result<SpaceView, String> {
     let reader = crate::health::get_metrics(addr, deadline)?;
-    parse_metrics(reader).map_err(|e| format!("{addr}/metrics: {e}"))
+    parse_space(reader).map_err(|e| format!("{addr}/metrics: {e}"))
 }
 
 /// The alarms `/health` names (3.5: `"reason":"ALARM NOSPACE"`). etcd 3.4 says only
@@ -210,23 +187,6 @@ mod tests {
         );
         let e = parse_space("HTTP/1.0 200 OK\r\n\r\nfoo 1\n".as_bytes()).unwrap_err();
         assert!(e.contains(DB_SIZE), "{e}");
-    }
-
-    #[test]
-    fn the_role_is_the_learner_gauge_and_unknown_without_it() {
-        let reply = |learner: &str| {
-            format!(
-                "HTTP/1.0 200 OK\r\n\r\n\
-                 etcd_mvcc_db_total_size_in_bytes 20480\n\
-                 etcd_mvcc_db_total_size_in_use_in_bytes 16384\n\
-                 {learner}\
-                 etcd_server_quota_backend_bytes 2.147483648e+09\n"
-            )
-        };
-        let seen = |body: String| parse_metrics(body.as_bytes()).unwrap().learner;
-        assert_eq!(seen(reply("etcd_server_is_learner 1\n")), Some(true));
-        assert_eq!(seen(reply("etcd_server_is_learner 0\n")), Some(false));
-        assert_eq!(seen(reply("")), None);
     }
 
     #[test]

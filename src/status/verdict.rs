@@ -88,7 +88,7 @@ pub fn evaluate_at(
         Phase::Starting | Phase::Running | Phase::Failed | Phase::Left
     );
     let etcd = wants_etcd.then(|| live.etcd());
-    let mut etcd_view = match &etcd {
+    let etcd_view = match &etcd {
         Some(Ok(e)) => Some(EtcdView {
             active_state: e.unit.active_state.clone(),
             sub_state: e.unit.sub_state.clone(),
@@ -99,7 +99,6 @@ pub fn evaluate_at(
             restarts_since_confirmed: state
                 .confirmed_n_restarts
                 .map(|_| Restarts::of(state, e.unit.n_restarts).count),
-            role: None,
         })
         .filter(|_| e.unit.load_state != "not-found"),
         _ => None,
@@ -108,11 +107,6 @@ pub fn evaluate_at(
         Some(Ok(e)) if e.unit.is_active() => {
             let space = live.space();
             let alarms = super::upkeep::alarms_in(&e.health, space.as_ref());
-            if let Some(view) = etcd_view.as_mut() {
-                view.role = live
-                    .learner()
-                    .map(|l| if l { "learner" } else { "voter" }.to_string());
-            }
             (space, alarms)
         }
         _ => (None, Vec::new()),
