@@ -108,8 +108,9 @@ fn is_refusal(code: ReasonCode) -> bool {
 struct Recorder {
     store: crate::report::StateStore,
     record: UpgradeRecord,
-    /// The operation status shows while the upgrade runs; etcd is down on purpose while
-    /// it restarts, is confirmed or rolled back.
+    /// The operation status shows while the upgrade runs; etcd is down on purpose from
+    /// the leader's hand-over and from the install (the swap stops etcd first) until it
+    /// is confirmed or rolled back.
     op: crate::report::OperationGuard,
 }
 
@@ -137,7 +138,7 @@ impl Recorder {
             &format!("{phase}: {progress}"),
             matches!(
                 phase,
-                "handing-over" | "restarting" | "confirming" | "rolling-back"
+                "handing-over" | "installing" | "restarting" | "confirming" | "rolling-back"
             ),
         );
         self.save();
