@@ -330,8 +330,9 @@ pub enum Turn<'a> {
 
 /// Takes this member's turn: the cluster lock, with the cluster rules asked again under
 /// it. The leader goes last: while another member runs the old release it lets the lock
-/// go, calls `waiting` and asks again after 2 s, until `leader_wait` passed. A leader
-/// hands leadership to another healthy member before its turn.
+/// go, reports [`Turn::Waiting`] and asks again after 2 s, until `leader_wait` passed. A
+/// leader hands leadership to another healthy member before its turn
+/// ([`Turn::HandingOver`]).
 pub fn take_turn(
     client: &Client,
     node: &Node,
