@@ -7,7 +7,7 @@
 //! `fsync_tree` then takes, which the installer pays before its rename.
 
 use anyhow::Context;
-use etcd_setup::archive::{extract, fsync_tree, Policy};
+use etcd_setup::road::archive::{extract, fsync_tree, Policy};
 use std::fs::File;
 use std::path::Path;
 use std::time::Instant;

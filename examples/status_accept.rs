@@ -25,9 +25,9 @@
 //! first as a member of the group, then as an outsider. The flood runs as this example
 //! (`flood`) under `setpriv`.
 
-use etcd_setup::report::{Phase, State, StateStore};
+use etcd_setup::shared::report::{Phase, State, StateStore};
+use etcd_setup::shared::systemd::UnitState;
 use etcd_setup::status::{self, server, FileLive, LiveView, Reply, Request};
-use etcd_setup::systemd::UnitState;
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use nix::unistd::{Gid, Uid};
 use std::io::{BufRead, BufReader, Read, Write};

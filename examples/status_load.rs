@@ -27,9 +27,9 @@
 //! 0); for (1) also what the hostile clients got. The first line says how busy the host
 //! was before the test: the figures mean little on a host busy with something else.
 
-use etcd_setup::report::{Phase, State, StateStore};
+use etcd_setup::shared::report::{Phase, State, StateStore};
+use etcd_setup::shared::systemd::UnitState;
 use etcd_setup::status::{self, server, EtcdLive, FileLive, LiveView, Reply, Request};
-use etcd_setup::systemd::UnitState;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};

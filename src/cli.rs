@@ -4,7 +4,7 @@
 //! completions are all made from it and cannot drift apart. The exit-code epilogues come
 //! from [`crate::exit`].
 
-use crate::{config, exit, source, status};
+use crate::{exit, road::source, shared::config, status};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -66,10 +66,10 @@ pub enum Command {
 #[derive(clap::Args, Debug, Clone)]
 pub struct StateDirs {
     /// The live state and the lock (gone at reboot).
-    #[arg(long, value_name = "DIR", default_value = crate::report::RUN_DIR, hide = true)]
+    #[arg(long, value_name = "DIR", default_value = crate::shared::report::RUN_DIR, hide = true)]
     pub run_dir: PathBuf,
     /// The persistent copy of the state.
-    #[arg(long, value_name = "DIR", default_value = crate::report::PERSIST_DIR, hide = true)]
+    #[arg(long, value_name = "DIR", default_value = crate::shared::report::PERSIST_DIR, hide = true)]
     pub state_dir: PathBuf,
 }
 

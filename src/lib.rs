@@ -5,32 +5,17 @@
 //! arguments and maps outcomes to exit codes and reasons.
 #![deny(missing_docs)]
 
-pub mod advisory;
-pub mod archive;
-pub mod check;
+// The contract: the command line, exit codes, reason codes.
 pub mod cli;
-pub mod config;
-pub mod discover;
-pub mod elf;
-pub mod etcd;
 pub mod exit;
-pub mod health;
-pub mod install;
-pub mod iso9660;
-pub mod leave;
-pub mod lifecycle;
-pub mod lock;
-pub mod output;
-pub mod printable;
 pub mod reason;
-pub mod report;
-pub mod run;
-pub mod source;
+
+// The four parts of the agent (ARCHITECTURE.md maps them).
+pub mod cluster;
+pub mod day2;
+pub mod road;
+pub mod shared;
 pub mod status;
-pub mod systemd;
-pub mod unit;
-pub mod upgrade;
-pub mod upkeep;
 
 /// The agent's version with the git commit it was built from, e.g. `0.1.0 (3f2a9c1d0e4b)`.
 pub const VERSION: &str = concat!(

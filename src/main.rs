@@ -7,14 +7,14 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let code = match Cli::parse().command {
-        Command::Run(args) => etcd_setup::run::command(&args),
-        Command::Check(args) => etcd_setup::check::command(&args),
+        Command::Run(args) => etcd_setup::road::run::command(&args),
+        Command::Check(args) => etcd_setup::road::check::command(&args),
         Command::Status(args) => etcd_setup::status::command(&args),
-        Command::Leave(args) => etcd_setup::leave::command(&args),
-        Command::Snapshot(args) => etcd_setup::upkeep::snapshot::command(&args),
-        Command::Restore(args) => etcd_setup::upkeep::restore::command(&args),
-        Command::Maintain(args) => etcd_setup::upkeep::maintain::command(&args),
-        Command::Upgrade(args) => etcd_setup::upgrade::command(&args),
+        Command::Leave(args) => etcd_setup::day2::leave::command(&args),
+        Command::Snapshot(args) => etcd_setup::day2::snapshot::command(&args),
+        Command::Restore(args) => etcd_setup::day2::restore::command(&args),
+        Command::Maintain(args) => etcd_setup::day2::maintain::command(&args),
+        Command::Upgrade(args) => etcd_setup::day2::upgrade::command(&args),
         Command::ServeStatus(args) => etcd_setup::status::server::command(&args),
     };
     ExitCode::from(code)

@@ -10,7 +10,7 @@
 //!   (`running` or `failed`) or `timeout_ms` has passed, watching the state file with
 //!   inotify; the client only waits for its reply.
 //!
-//! The answer is built from the state files ([`crate::report::StateStore`]) and a live
+//! The answer is built from the state files ([`crate::shared::report::StateStore`]) and a live
 //! view of etcd ([`LiveView`]: systemd over D-Bus and etcd's health endpoint), by
 //! [`evaluate`], a pure function the tests drive with fixtures. The server is in
 //! [`server`], the client in [`query`].

@@ -2,11 +2,11 @@
 //! code and a sentence naming the entry or limit, nothing left behind; good GNU, ustar and
 //! PAX archives and the real etcd releases extracted.
 
-use etcd_setup::archive::{
+use etcd_setup::reason::{Failure, ReasonCode};
+use etcd_setup::road::archive::{
     extract, fsync_tree, remove_stale_staging, Extracted, Limits, Policy, Staging,
 };
-use etcd_setup::elf::Machine;
-use etcd_setup::reason::{Failure, ReasonCode};
+use etcd_setup::road::elf::Machine;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use sha2::{Digest, Sha256};

@@ -5,7 +5,7 @@
 
 mod support;
 
-use etcd_setup::elf::{self, Machine};
+use etcd_setup::road::elf::{self, Machine};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -6,7 +6,7 @@
 
 mod support;
 
-use etcd_setup::config;
+use etcd_setup::shared::config;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

@@ -1,9 +1,9 @@
-//! The etcd client (`etcd_setup::etcd`) against real etcd releases on loopback: every
+//! The etcd client (`etcd_setup::cluster::etcd`) against real etcd releases on loopback: every
 //! operation the day-2 work needs, on 3.4.23 (Debian bookworm) and 3.5.16 (Debian trixie),
 //! the membership round trip on 3.5.30 (Debian unstable) too.
 mod support;
 
-use etcd_setup::etcd::{AlarmKind, Client, ErrorKind, Id};
+use etcd_setup::cluster::etcd::{AlarmKind, Client, ErrorKind, Id};
 use std::time::{Duration, Instant};
 use support::etcd::Cluster;
 
@@ -33,7 +33,7 @@ fn membership_round_trip(version: &str) {
     assert_eq!(list.members.len(), 1);
     assert_eq!(
         list.header.cluster_id,
-        etcd_setup::etcd::cluster_id(&c.initial_cluster(), &c.token)
+        etcd_setup::cluster::etcd::cluster_id(&c.initial_cluster(), &c.token)
     );
     let first = list.members[0].id;
 
@@ -124,7 +124,7 @@ fn membership_round_trip(version: &str) {
         c.members[0]
             .log()
             .iter()
-            .any(|l| etcd_setup::etcd::says_member_removed(l)),
+            .any(|l| etcd_setup::cluster::etcd::says_member_removed(l)),
         "no removal line in etcd {version}'s log"
     );
     assert_eq!(second.member_list().unwrap().members.len(), 1);

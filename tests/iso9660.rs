@@ -5,10 +5,10 @@
 #[path = "common/iso.rs"]
 mod iso;
 
-use etcd_setup::archive::Policy;
-use etcd_setup::iso9660::{is_iso9660, IsoError, IsoFile, IsoImage, Naming};
 use etcd_setup::reason::ReasonCode;
-use etcd_setup::source;
+use etcd_setup::road::archive::Policy;
+use etcd_setup::road::iso9660::{is_iso9660, IsoError, IsoFile, IsoImage, Naming};
+use etcd_setup::road::source;
 use iso::{build_iso, patterned, Tool};
 use std::fs;
 use std::io::{Cursor, Read};

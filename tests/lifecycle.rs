@@ -1,11 +1,11 @@
-//! Joining and leaving (`etcd_setup::lifecycle`) against real three-member etcd clusters on
+//! Joining and leaving (`etcd_setup::cluster::lifecycle`) against real three-member etcd clusters on
 //! loopback: a wiped member rejoins as a learner and is promoted, a removed member's data
 //! is moved aside before it joins again, another token is refused with the cluster
 //! untouched, a learner that never catches up is removed again, and leave keeps quorum.
 mod support;
 
-use etcd_setup::lifecycle::join::{self, Progress};
-use etcd_setup::lifecycle::{leave, Decision, Node};
+use etcd_setup::cluster::lifecycle::join::{self, Progress};
+use etcd_setup::cluster::lifecycle::{leave, Decision, Node};
 use etcd_setup::reason::ReasonCode;
 use std::time::{Duration, Instant};
 use support::etcd::Cluster;
@@ -54,7 +54,7 @@ fn assert_keys_through(c: &Cluster, i: usize) {
 }
 
 /// Three started voting members, every one healthy.
-fn assert_three_healthy_voters(c: &Cluster) -> Vec<etcd_setup::etcd::Member> {
+fn assert_three_healthy_voters(c: &Cluster) -> Vec<etcd_setup::cluster::etcd::Member> {
     let list = c.client().member_list().unwrap();
     assert_eq!(list.members.len(), 3, "{list:?}");
     assert!(
@@ -156,7 +156,11 @@ fn a_removed_members_data_is_moved_aside_and_it_joins_again() {
         match via.member_remove(id3) {
             Ok(()) => break,
             Err(e) if t.elapsed() < Duration::from_secs(15) => {
-                assert_eq!(e.kind, etcd_setup::etcd::ErrorKind::UnhealthyCluster, "{e}");
+                assert_eq!(
+                    e.kind,
+                    etcd_setup::cluster::etcd::ErrorKind::UnhealthyCluster,
+                    "{e}"
+                );
                 std::thread::sleep(Duration::from_millis(250));
             }
             Err(e) => panic!("{e}"),
@@ -166,7 +170,7 @@ fn a_removed_members_data_is_moved_aside_and_it_joins_again() {
     assert!(c.members[2]
         .log()
         .iter()
-        .any(|l| etcd_setup::etcd::says_member_removed(l)));
+        .any(|l| etcd_setup::cluster::etcd::says_member_removed(l)));
     c.kill(2);
     let data = c.members[2].data_dir.clone();
     assert!(data.join("member").exists());

@@ -4,8 +4,8 @@
 //! JSON fixture (`serve-status --live-fixture`, built with the test-fixtures feature), since the host has no system bus.
 
 use etcd_setup::reason::{Failure, ReasonCode};
-use etcd_setup::report::{Phase, State, StateStore};
-use etcd_setup::systemd::UnitState;
+use etcd_setup::shared::report::{Phase, State, StateStore};
+use etcd_setup::shared::systemd::UnitState;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -101,14 +101,16 @@ impl Server {
     fn etcd(&self, unit: &UnitState, health: &str) {
         let json = serde_json::json!({ "unit": unit, "health": health });
         let path = self.dir.path().join("etcd.json");
-        etcd_setup::report::atomic_write(&path, json.to_string().as_bytes(), 0o644, None).unwrap();
+        etcd_setup::shared::report::atomic_write(&path, json.to_string().as_bytes(), 0o644, None)
+            .unwrap();
     }
 
     /// Sets etcd's live view with the version the running etcd reports.
     fn etcd_with_version(&self, unit: &UnitState, health: &str, version: &str) {
         let json = serde_json::json!({ "unit": unit, "health": health, "version": version });
         let path = self.dir.path().join("etcd.json");
-        etcd_setup::report::atomic_write(&path, json.to_string().as_bytes(), 0o644, None).unwrap();
+        etcd_setup::shared::report::atomic_write(&path, json.to_string().as_bytes(), 0o644, None)
+            .unwrap();
     }
 
     /// `etcd-setup status ARGS` against this server.

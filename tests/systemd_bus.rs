@@ -1,4 +1,4 @@
-//! `etcd_setup::systemd` against a stand-in for systemd on a private `dbus-daemon`: job
+//! `etcd_setup::shared::systemd` against a stand-in for systemd on a private `dbus-daemon`: job
 //! and signal handling (JobRemoved before the reply, other jobs' signals, bounded waits,
 //! PropertiesChanged) and systemd's errors. The stand-in speaks only the subset of
 //! `org.freedesktop.systemd1` the module uses; the real systemd is proven by the VM
@@ -6,7 +6,7 @@
 
 use async_io::Timer;
 use etcd_setup::reason::ReasonCode;
-use etcd_setup::systemd::{JobResult, Systemd, Watched};
+use etcd_setup::shared::systemd::{JobResult, Systemd, Watched};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

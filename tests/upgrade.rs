@@ -1,4 +1,4 @@
-//! `etcd_setup::upgrade` against real etcd on loopback: three members of Debian's 3.4.23
+//! `etcd_setup::day2::upgrade` against real etcd on loopback: three members of Debian's 3.4.23
 //! upgraded to 3.5.16 by three threads at once go one at a time through the lock in etcd,
 //! the leader last, and end on cluster version 3.5 with their keys; a release whose `etcd`
 //! exits at once is rolled back to the old binaries, which run healthy; a two-member
@@ -6,12 +6,12 @@
 //! is on a VM); everything else is the code `etcd-setup upgrade` runs.
 mod support;
 
-use etcd_setup::advisory::Version;
-use etcd_setup::archive::{Extracted, Policy};
-use etcd_setup::health;
-use etcd_setup::lifecycle::Node;
+use etcd_setup::cluster::health;
+use etcd_setup::cluster::lifecycle::Node;
+use etcd_setup::day2::upgrade::{self, beside, rules, Service};
 use etcd_setup::reason::{Failure, ReasonCode};
-use etcd_setup::upgrade::{self, beside, rules, Service};
+use etcd_setup::road::archive::{Extracted, Policy};
+use etcd_setup::shared::advisory::Version;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -147,9 +147,9 @@ fn install_from(release_dir: &Path, install: &Path) {
 
 /// `tarball` validated and staged inside `install`, as `upgrade` stages the ISO's.
 fn staged(tarball: &Path, install: &Path) -> Extracted {
-    etcd_setup::source::validate_path(
+    etcd_setup::road::source::validate_path(
         tarball,
-        etcd_setup::source::DEFAULT_ARCHIVE_PATH,
+        etcd_setup::road::source::DEFAULT_ARCHIVE_PATH,
         install,
         &Policy::default(),
     )
@@ -281,7 +281,7 @@ fn three_members_started_at_once_upgrade_one_at_a_time_the_leader_last_to_3_5() 
         assert!(beside::previous_dir(install).join("etcd").is_file());
     }
     let new_client =
-        etcd_setup::etcd::Client::new(nodes[0].0.join("etcdctl"), c.client_urls(), None);
+        etcd_setup::cluster::etcd::Client::new(nodes[0].0.join("etcdctl"), c.client_urls(), None);
     // The cluster version moves to 3.5 once every member runs it (etcd decides it a
     // moment later): awaited by asking, bounded.
     let end = Instant::now() + WAIT;
@@ -367,7 +367,8 @@ fn a_new_etcd_that_exits_at_once_is_rolled_back_and_the_old_one_runs_healthy() {
         health::check(c.client_addr(0), Duration::from_secs(3)),
         health::Health::Healthy
     );
-    let client = etcd_setup::etcd::Client::new(install.join("etcdctl"), c.client_urls(), None);
+    let client =
+        etcd_setup::cluster::etcd::Client::new(install.join("etcdctl"), c.client_urls(), None);
     assert_eq!(client.get("/kept").unwrap().as_deref(), Some(&b"yes"[..]));
     println!("[upgrade] rollback took {:.1} s", t.elapsed().as_secs_f64());
 }

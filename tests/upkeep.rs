@@ -4,7 +4,7 @@
 //! check variables of etcd's environment file on 3.4.23 and 3.5.1.
 mod support;
 
-use etcd_setup::etcd::{AlarmKind, ErrorKind};
+use etcd_setup::cluster::etcd::{AlarmKind, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -277,7 +277,7 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
     c.launch(0, &initial, "new");
     c.await_ready(0);
     c.extra.clear();
-    let one = etcd_setup::etcd::Client::new(c.etcdctl(), vec![c.client_url(0)], None);
+    let one = etcd_setup::cluster::etcd::Client::new(c.etcdctl(), vec![c.client_url(0)], None);
     let list = one.member_list().unwrap();
     assert_eq!(list.members.len(), 1, "{list:?}");
     // The cluster ID the configuration gives: the other nodes' join accepts it.
@@ -286,7 +286,7 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
         .collect();
     assert_eq!(
         list.header.cluster_id,
-        etcd_setup::etcd::cluster_id(&configured, "tok-restore"),
+        etcd_setup::cluster::etcd::cluster_id(&configured, "tok-restore"),
         "{list:?}"
     );
     // 3.5.16's etcdutl bumps the revision for Kubernetes' watchers; 3.4's etcdctl cannot.
@@ -355,7 +355,7 @@ fn fragment(c: &Cluster, n: usize, value_kib: usize) {
     // pages, so that all of them pass the threshold when the maintains start.
     let t = Instant::now();
     loop {
-        let all = etcd_setup::etcd::each_endpoint(&client, |one| one.endpoint_status());
+        let all = etcd_setup::cluster::etcd::each_endpoint(&client, |one| one.endpoint_status());
         let fragmented = all.iter().all(|(_, r)| {
             r.as_ref()
                 .is_ok_and(|v| v[0].db_size_in_use.is_some_and(|u| u * 2 < v[0].db_size))
@@ -485,7 +485,7 @@ fn nospace_is_recovered_only_when_space_came_back(version: &str) {
         "{alarms:?}"
     );
     let before = client.endpoint_status().unwrap()[0].db_size;
-    let health = etcd_setup::health::check(metrics, Duration::from_secs(2));
+    let health = etcd_setup::cluster::health::check(metrics, Duration::from_secs(2));
     let space = etcd_setup::status::upkeep::read_space(metrics, Duration::from_secs(2)).unwrap();
     println!("{version} at NOSPACE: /health {health:?}; /metrics {space:?}");
     assert_eq!(space.quota, quota);
@@ -539,8 +539,8 @@ fn nospace_is_recovered_only_when_space_came_back(version: &str) {
         before, after
     );
     assert!(after < before / 2, "{before} -> {after}");
-    let health = etcd_setup::health::check(metrics, Duration::from_secs(2));
-    assert_eq!(health, etcd_setup::health::Health::Healthy);
+    let health = etcd_setup::cluster::health::check(metrics, Duration::from_secs(2));
+    assert_eq!(health, etcd_setup::cluster::health::Health::Healthy);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! nothing behind in the staging parent, whatever it decided.
 #![no_main]
 
-use etcd_setup::archive::{extract, Limits, Policy};
+use etcd_setup::road::archive::{extract, Limits, Policy};
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -8,7 +8,7 @@
 //! from its seeds accordingly.
 #![no_main]
 
-use etcd_setup::iso9660::{IsoImage, SECTOR};
+use etcd_setup::road::iso9660::{IsoImage, SECTOR};
 use libfuzzer_sys::fuzz_target;
 use std::io::{Cursor, Read};
 

@@ -4,14 +4,14 @@
 //! server's answer, or, when there is none (the socket cannot be reached, the server
 //! refused the request, gave no answer in time or an unreadable one), an object with
 //! `verdict: "unreachable"`, `exit_code: 5` and `error: {code, message}` ([`Unanswered`]).
-//! Text and JSON go out through [`crate::output::print`]: a closed stdout ends the output
+//! Text and JSON go out through [`crate::shared::output::print`]: a closed stdout ends the output
 //! quietly.
 
 use super::protocol::{Answer, ErrorBody, Reply, Request};
 use super::text::{text_line, text_long};
 use super::{MAX_WAIT, PROTOCOL_VERSION, REQUEST_TIMEOUT, SCHEMA_VERSION};
 use crate::cli::{Format, StatusArgs};
-use crate::{exit, output, printable};
+use crate::{exit, shared::output, shared::printable};
 use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;

@@ -1,9 +1,9 @@
 //! etcd's live view: etcd.service over D-Bus and its health endpoint, asked when an answer is built.
 
 use super::protocol::SpaceView;
-use crate::health::{self, Health};
-use crate::systemd::{Systemd, UnitState};
-use crate::unit::ETCD_UNIT;
+use crate::cluster::health::{self, Health};
+use crate::shared::systemd::{Systemd, UnitState};
+use crate::shared::unit::ETCD_UNIT;
 use std::net::SocketAddr;
 #[cfg(any(test, feature = "test-fixtures"))]
 use std::path::PathBuf;

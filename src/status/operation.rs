@@ -5,7 +5,7 @@
 
 use super::protocol::{Answer, Verdict};
 use crate::reason::ReasonCode;
-use crate::report::{read_operation, Phase};
+use crate::shared::report::{read_operation, Phase};
 use std::path::Path;
 
 /// Adds the operation recorded in `run_dir` to `answer` when its pid is `alive`, and
@@ -37,12 +37,12 @@ pub fn annotate(answer: &mut Answer, run_dir: &Path, alive: &dyn Fn(u32) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{OperationGuard, Reason};
+    use crate::shared::report::{OperationGuard, Reason};
 
     /// A running node whose etcd the live view found down.
     fn etcd_down() -> Answer {
         let live = crate::status::live::FileLive("/nonexistent".into());
-        let loaded = crate::report::Loaded::default();
+        let loaded = crate::shared::report::Loaded::default();
         let mut a = crate::status::evaluate(&loaded, Path::new("/run/x"), &live, &|_| false);
         a.phase = Some(Phase::Running);
         a.verdict = Verdict::Failed;

@@ -1,7 +1,9 @@
 //! The protocol's messages: the request, the answer (JSON schema 1) and error replies.
 
 use crate::exit::status as exit;
-use crate::report::{Phase, PhaseStamp, Reason, SnapshotFailure, SnapshotTaken, UpgradeRecord};
+use crate::shared::report::{
+    Phase, PhaseStamp, Reason, SnapshotFailure, SnapshotTaken, UpgradeRecord,
+};
 use serde::{Deserialize, Serialize};
 
 /// A request: one line of JSON.
@@ -171,7 +173,7 @@ pub struct Answer {
     /// The day-2 command working on this node now (`upgrade`, `restore`, `leave`): its
     /// pid, since when, its step, whether etcd is down on purpose; absent when none runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operation: Option<crate::report::Operation>,
+    pub operation: Option<crate::shared::report::Operation>,
 }
 
 /// etcd's space, from its `/metrics`.

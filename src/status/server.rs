@@ -76,8 +76,8 @@ use super::{
     PROTOCOL_VERSION, REQUEST_TIMEOUT,
 };
 use crate::cli::ServeStatusArgs;
-use crate::report::StateStore;
-use crate::{config, exit};
+use crate::shared::report::StateStore;
+use crate::{exit, shared::config};
 use anyhow::Context;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -672,7 +672,7 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
             if args.config.exists() {
                 eprintln!(
                     "etcd-setup serve-status: {}; only root and group {} may query",
-                    crate::printable::line(&f.headline()),
+                    crate::shared::printable::line(&f.headline()),
                     config::DEFAULT_STATUS_GROUP
                 );
             }

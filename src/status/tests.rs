@@ -1,9 +1,9 @@
 use super::verdict::ago;
 use super::*;
-use crate::health::Health;
+use crate::cluster::health::Health;
 use crate::reason::{Failure, ReasonCode};
-use crate::report::{Loaded, Phase, State};
-use crate::systemd::UnitState;
+use crate::shared::report::{Loaded, Phase, State};
+use crate::shared::systemd::UnitState;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use std::time::UNIX_EPOCH;
@@ -471,8 +471,8 @@ fn the_json_of_an_answer_is_byte_for_byte_the_recorded_one() {
 #[test]
 fn an_advisory_and_an_upgrade_under_way_show_in_json_and_text() {
     let mut s = confirmed(Some(0));
-    s.advisories = crate::advisory::lines("3.5.1");
-    s.upgrade = Some(crate::report::UpgradeRecord {
+    s.advisories = crate::shared::advisory::lines("3.5.1");
+    s.upgrade = Some(crate::shared::report::UpgradeRecord {
         phase: "waiting-for-lock".into(),
         from: "3.5.1".into(),
         to: "3.5.16".into(),

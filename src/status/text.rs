@@ -3,7 +3,7 @@
 //! add a line or an escape sequence.
 
 use super::protocol::{Answer, Verdict};
-use crate::printable;
+use crate::shared::printable;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The one-line summary, e.g. `running: member etcd-1, etcd 3.5.16 active, healthy (0
@@ -203,5 +203,5 @@ fn micros_text(us: u64) -> String {
     if us == 0 {
         return "never".into();
     }
-    crate::report::rfc3339(UNIX_EPOCH + Duration::from_micros(us))
+    crate::shared::report::rfc3339(UNIX_EPOCH + Duration::from_micros(us))
 }

@@ -8,9 +8,9 @@
 //! 3.4 says only `false`, see [`alarms_in`]).
 
 use super::protocol::{Answer, SnapshotView, SpaceView, Verdict};
-use crate::health::Health;
+use crate::cluster::health::Health;
 use crate::reason::ReasonCode;
-use crate::report::{read_snapshot_record, Reason};
+use crate::shared::report::{read_snapshot_record, Reason};
 use std::io::BufRead;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -55,7 +55,7 @@ pub fn parse_space(reader: impl BufRead) -> Result<SpaceView, String> {
 
 /// etcd's space from `GET /metrics` at `addr`, within `deadline` in all.
 pub fn read_space(addr: SocketAddr, deadline: Duration) -> Result<SpaceView, String> {
-    let reader = crate::health::get_metrics(addr, deadline)?;
+    let reader = crate::cluster::health::get_metrics(addr, deadline)?;
     parse_space(reader).map_err(|e| format!("{addr}/metrics: {e}"))
 }
 
@@ -125,7 +125,7 @@ pub fn annotate(answer: &mut Answer, persist_dir: &Path, now: SystemTime) {
         Err(e) => {
             answer.warnings.push(format!(
                 "{}: unreadable: {e}",
-                crate::report::snapshot_record_path(persist_dir).display()
+                crate::shared::report::snapshot_record_path(persist_dir).display()
             ));
             return;
         }
@@ -166,7 +166,7 @@ pub fn annotate(answer: &mut Answer, persist_dir: &Path, now: SystemTime) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{record_snapshot, SnapshotTaken};
+    use crate::shared::report::{record_snapshot, SnapshotTaken};
 
     #[test]
     fn reads_the_three_space_gauges_from_metrics() {
@@ -217,7 +217,7 @@ mod tests {
 
     fn answer() -> Answer {
         let live = crate::status::live::FileLive("/nonexistent".into());
-        let loaded = crate::report::Loaded::default();
+        let loaded = crate::shared::report::Loaded::default();
         crate::status::evaluate(&loaded, Path::new("/run/x"), &live, &|_| false)
     }
 
@@ -226,7 +226,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let taken_at = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let taken = SnapshotTaken {
-            time: crate::report::rfc3339(taken_at),
+            time: crate::shared::report::rfc3339(taken_at),
             unix_time: 1_800_000_000,
             revision: 42,
             size: 20512,
@@ -263,7 +263,7 @@ mod tests {
     impl crate::status::LiveView for Full {
         fn etcd(&self) -> Result<crate::status::EtcdLive, String> {
             Ok(crate::status::EtcdLive {
-                unit: crate::systemd::UnitState {
+                unit: crate::shared::systemd::UnitState {
                     load_state: "loaded".into(),
                     active_state: "active".into(),
                     sub_state: "running".into(),
@@ -288,10 +288,10 @@ mod tests {
 
     #[test]
     fn a_nospace_alarm_fails_the_verdict_with_its_own_code_and_shows_the_space() {
-        use crate::report::{Phase, State};
+        use crate::shared::report::{Phase, State};
         let mut state = State::begin(Phase::WaitingForIso);
         state.enter(Phase::Running, SystemTime::now());
-        let loaded = crate::report::Loaded {
+        let loaded = crate::shared::report::Loaded {
             state: Some(state),
             from: Some("/run/etcd-setup/state.json".into()),
             notes: Vec::new(),

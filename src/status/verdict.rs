@@ -3,9 +3,9 @@
 use super::live::{health_text, EtcdLive, LiveView};
 use super::protocol::{Answer, EtcdView, RunView, Verdict};
 use super::{CRASH_WINDOW, SCHEMA_VERSION};
-use crate::health::Health;
+use crate::cluster::health::Health;
 use crate::reason::ReasonCode;
-use crate::report::{Loaded, Phase, Reason, State};
+use crate::shared::report::{Loaded, Phase, Reason, State};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

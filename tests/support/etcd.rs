@@ -95,7 +95,7 @@ pub struct Cluster {
     /// Extra flags every member starts with.
     pub extra: Vec<String>,
     /// Client TLS (https, client certificates required) when set.
-    pub tls: Option<etcd_setup::config::TlsFiles>,
+    pub tls: Option<etcd_setup::shared::config::TlsFiles>,
     dir: tempfile::TempDir,
 }
 
@@ -259,8 +259,8 @@ impl Cluster {
     }
 
     /// An etcd-setup client of every member.
-    pub fn client(&self) -> etcd_setup::etcd::Client {
-        etcd_setup::etcd::Client::new(self.etcdctl(), self.client_urls(), self.tls.clone())
+    pub fn client(&self) -> etcd_setup::cluster::etcd::Client {
+        etcd_setup::cluster::etcd::Client::new(self.etcdctl(), self.client_urls(), self.tls.clone())
     }
 
     /// Adds a member slot (not started) on the next loopback address, named `name`.
@@ -403,7 +403,7 @@ impl Drop for Cluster {
 
 /// A CA and one certificate for server and client use, valid for `ips`, made with
 /// openssl in `dir` (`None` unless `on`).
-fn tls(dir: &Path, ips: &[Ipv4Addr], on: bool) -> Option<etcd_setup::config::TlsFiles> {
+fn tls(dir: &Path, ips: &[Ipv4Addr], on: bool) -> Option<etcd_setup::shared::config::TlsFiles> {
     if !on {
         return None;
     }
@@ -464,7 +464,7 @@ fn tls(dir: &Path, ips: &[Ipv4Addr], on: bool) -> Option<etcd_setup::config::Tls
         "-out",
         "node.crt",
     ]);
-    Some(etcd_setup::config::TlsFiles {
+    Some(etcd_setup::shared::config::TlsFiles {
         cert: dir.join("node.crt"),
         key: dir.join("node.key"),
         trusted_ca: dir.join("ca.crt"),

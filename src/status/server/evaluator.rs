@@ -2,7 +2,7 @@
 
 use super::Watch;
 use super::{evaluate, pid_alive, ErrorBody, LiveView, Reply};
-use crate::report::{Loaded, StateStore};
+use crate::shared::report::{Loaded, StateStore};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex};

@@ -1,0 +1,7 @@
+//! The cluster client: speaking etcd's API through the installed release ([`etcd`]),
+//! etcd's own `/health` and version on the loopback metrics listener ([`health`]), and a
+//! member's life in its cluster, joining and leaving ([`lifecycle`]).
+
+pub mod etcd;
+pub mod health;
+pub mod lifecycle;

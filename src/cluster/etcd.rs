@@ -1,0 +1,500 @@
+//! How the agent speaks etcd's v3 API: the installed release's own `etcdctl`, as a
+//! bounded child process, with `-w json`.
+//!
+//! Why etcdctl and not the gRPC gateway's JSON or gRPC itself:
+//! - **Size.** No client library goes into the static binary (3.0 MB of a 4 MiB limit):
+//!   this module and `lifecycle` together cost at most 0.34 MB (measured on a static musl
+//!   release example linking all of it against one without). A gRPC client (tonic,
+//!   prost, hyper, h2) and a TLS stack (rustls with ring, which needs a C compiler for
+//!   musl) add well over 1 MiB; the gateway would still need the TLS stack.
+//! - **TLS with client certificates.** etcdctl takes the very files etcd is configured
+//!   with (`--cacert/--cert/--key` from [`TlsFiles`]) and speaks the TLS etcd speaks; we
+//!   do not carry a second TLS implementation whose quirks differ from the server's.
+//! - **3.4 and 3.5.** The etcdctl of the installed release matches its server by
+//!   construction. The gateway's path moved (`/v3beta` in 3.3, `/v3` from 3.4) and JSON
+//!   field spellings follow the gateway's marshaller, not etcdctl's; etcdctl's JSON is Go's
+//!   `encoding/json` of the same responses in both lines (recorded outputs in
+//!   `etcd/json/tests.rs`; host tests in `tests/etcd.rs` run 3.4.23 and 3.5.x).
+//! - **The cost**: one process per call (about 10–30 ms), and a binary that must be
+//!   installed. Both fit: every day-2 operation runs after `run` installed the release,
+//!   and none is on a hot path.
+//!
+//! Every call is bounded twice: etcdctl's `--dial-timeout`/`--command-timeout`, and our
+//! deadline after which the child is killed. Output is capped; the child dies with us
+//! (`PR_SET_PDEATHSIG`). Errors are an [`EtcdError`] naming the call, the endpoint URL(s)
+//! and etcdctl's own error line. The cluster-wide lock is etcdctl's `lock` held by a child
+//! process ([`ClusterLock`]): its session lease expires `ttl` seconds after the holder
+//! died, even by SIGKILL of both of us.
+
+mod command;
+mod error;
+mod id;
+mod json;
+mod lock;
+
+pub use error::{classify, error_line, ErrorKind, EtcdError};
+pub use id::{cluster_id, member_id, Id};
+pub use json::{
+    Added, Alarm, AlarmKind, EndpointHealth, EndpointStatus, Header, KeyValue, Member, MemberList,
+};
+pub use lock::ClusterLock;
+
+use crate::shared::config::TlsFiles;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// etcdctl's `--dial-timeout` unless told otherwise.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// etcdctl's `--command-timeout` unless told otherwise.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// What our own deadline adds to etcdctl's timeouts before the child is killed.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// An etcd client: the `etcdctl` to run, the client URLs to ask, TLS and timeouts.
+#[derive(Debug, Clone)]
+pub struct Client {
+    etcdctl: PathBuf,
+    endpoints: Vec<String>,
+    tls: Option<TlsFiles>,
+    /// etcdctl's `--dial-timeout`.
+    pub dial_timeout: Duration,
+    /// etcdctl's `--command-timeout`.
+    pub command_timeout: Duration,
+}
+
+fn go_duration(d: Duration) -> String {
+    format!("{}ms", d.as_millis().max(1))
+}
+
+impl Client {
+    /// A client running `etcdctl` against `endpoints` (client URLs), with the client side
+    /// of TLS when `tls` is given.
+    pub fn new(etcdctl: impl Into<PathBuf>, endpoints: Vec<String>, tls: Option<TlsFiles>) -> Self {
+        Client {
+            etcdctl: etcdctl.into(),
+            endpoints,
+            tls,
+            dial_timeout: DIAL_TIMEOUT,
+            command_timeout: COMMAND_TIMEOUT,
+        }
+    }
+
+    /// The same client asking other endpoints.
+    pub fn with_endpoints(&self, endpoints: Vec<String>) -> Self {
+        Client {
+            endpoints,
+            ..self.clone()
+        }
+    }
+
+    /// The client URLs this client asks.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The etcdctl this client runs.
+    pub fn etcdctl(&self) -> &Path {
+        &self.etcdctl
+    }
+
+    /// The deadline of a call whose etcd side may take `command` at most.
+    fn deadline(&self, command: Duration) -> Duration {
+        self.dial_timeout + command + GRACE
+    }
+
+    /// etcdctl with the endpoints, timeouts and TLS; `json` asks for `-w json` (only
+    /// where the answer is read: etcdctl 3.5's JSON printer of `member promote` panics on
+    /// success, the simple one does not).
+    fn command(
+        &self,
+        signal: nix::sys::signal::Signal,
+        command_timeout: Duration,
+        json: bool,
+    ) -> Command {
+        let mut cmd = command::command(&self.etcdctl, signal);
+        cmd.arg(format!("--endpoints={}", self.endpoints.join(",")))
+            .arg(format!("--dial-timeout={}", go_duration(self.dial_timeout)))
+            .arg(format!(
+                "--command-timeout={}",
+                go_duration(command_timeout)
+            ))
+            .arg(if json {
+                "--write-out=json"
+            } else {
+                "--write-out=simple"
+            });
+        if let Some(tls) = &self.tls {
+            cmd.arg(format!("--cacert={}", tls.trusted_ca.display()))
+                .arg(format!("--cert={}", tls.cert.display()))
+                .arg(format!("--key={}", tls.key.display()));
+        }
+        cmd
+    }
+
+    /// Runs `etcdctl ARGS`, bounded by `command_timeout` on etcd's side; stdout on success.
+    fn call_with(
+        &self,
+        what: &str,
+        args: &[&str],
+        command_timeout: Duration,
+    ) -> Result<command::Output, EtcdError> {
+        if self.endpoints.is_empty() {
+            return Err(EtcdError::new(
+                ErrorKind::Unreachable,
+                what,
+                &[],
+                "no endpoint to ask",
+            ));
+        }
+        let json = matches!(
+            args.first().copied().zip(args.get(1).copied()),
+            Some(("member", "list" | "add") | ("endpoint", _) | ("alarm", _) | ("get", _))
+        );
+        let mut cmd = self.command(nix::sys::signal::Signal::SIGKILL, command_timeout, json);
+        cmd.args(args);
+        command::run(cmd, self.deadline(command_timeout), what, &self.endpoints)
+    }
+
+    fn call(&self, what: &str, args: &[&str]) -> Result<Vec<u8>, EtcdError> {
+        let out = self.call_with(what, args, self.command_timeout)?;
+        self.ok(what, out)
+    }
+
+    fn ok(&self, what: &str, out: command::Output) -> Result<Vec<u8>, EtcdError> {
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(EtcdError::from_stderr(
+                what,
+                &self.endpoints,
+                &out.stderr,
+                &out.status.to_string(),
+            ))
+        }
+    }
+
+    fn parsed<T>(
+        &self,
+        what: &str,
+        stdout: &[u8],
+        parse: fn(&[u8]) -> Result<T, String>,
+    ) -> Result<T, EtcdError> {
+        parse(stdout).map_err(|e| {
+            let shown: String = String::from_utf8_lossy(stdout).chars().take(200).collect();
+            EtcdError::new(
+                ErrorKind::Parse,
+                what,
+                &self.endpoints,
+                format!("unreadable answer ({e}): {shown}"),
+            )
+        })
+    }
+
+    /// `member list`: every member, learners included, and the cluster's ID.
+    pub fn member_list(&self) -> Result<MemberList, EtcdError> {
+        let out = self.call("member list", &["member", "list"])?;
+        self.parsed("member list", &out, json::member_list)
+    }
+
+    /// `member add NAME --peer-urls=… --learner`: the new member's ID and the member list.
+    pub fn member_add_learner(&self, name: &str, peer_urls: &[String]) -> Result<Added, EtcdError> {
+        let what = format!("member add {name} --learner");
+        let urls = format!("--peer-urls={}", peer_urls.join(","));
+        let out = self.call(&what, &["member", "add", name, &urls, "--learner"])?;
+        self.parsed(&what, &out, json::added)
+    }
+
+    /// `member promote ID`: a learner becomes a voting member. Fails with
+    /// [`ErrorKind::LearnerNotInSync`] while it has not caught up.
+    pub fn member_promote(&self, id: Id) -> Result<(), EtcdError> {
+        let what = format!("member promote {id}");
+        self.call(&what, &["member", "promote", &id.to_string()])
+            .map(drop)
+    }
+
+    /// `member remove ID`.
+    pub fn member_remove(&self, id: Id) -> Result<(), EtcdError> {
+        let what = format!("member remove {id}");
+        self.call(&what, &["member", "remove", &id.to_string()])
+            .map(drop)
+    }
+
+    /// `endpoint status` of every endpoint; any endpoint that does not answer fails the call
+    /// (ask one endpoint per client to learn about each).
+    pub fn endpoint_status(&self) -> Result<Vec<EndpointStatus>, EtcdError> {
+        let out = self.call("endpoint status", &["endpoint", "status"])?;
+        self.parsed("endpoint status", &out, json::endpoint_status)
+    }
+
+    /// `endpoint health` of every endpoint: one entry each, healthy or with etcdctl's
+    /// reason (etcdctl exits 1 when one is unhealthy; its answer is still read).
+    pub fn endpoint_health(&self) -> Result<Vec<EndpointHealth>, EtcdError> {
+        let out = self.call_with(
+            "endpoint health",
+            &["endpoint", "health"],
+            self.command_timeout,
+        )?;
+        match json::endpoint_health(&out.stdout) {
+            Ok(h) if !h.is_empty() => Ok(h),
+            _ => {
+                self.ok("endpoint health", out)?;
+                Err(EtcdError::new(
+                    ErrorKind::Parse,
+                    "endpoint health",
+                    &self.endpoints,
+                    "no answer",
+                ))
+            }
+        }
+    }
+
+    /// `alarm list`: the cluster's active alarms.
+    pub fn alarm_list(&self) -> Result<Vec<Alarm>, EtcdError> {
+        let out = self.call("alarm list", &["alarm", "list"])?;
+        self.parsed("alarm list", &out, json::alarms)
+    }
+
+    /// `alarm disarm`: disarms every alarm; the alarms it disarmed.
+    pub fn alarm_disarm(&self) -> Result<Vec<Alarm>, EtcdError> {
+        let out = self.call("alarm disarm", &["alarm", "disarm"])?;
+        self.parsed("alarm disarm", &out, json::alarms)
+    }
+
+    /// `defrag` of the one member at `endpoint`, bounded by `timeout` (defragmentation of
+    /// a large database takes a while and blocks that member meanwhile).
+    pub fn defrag(&self, endpoint: &str, timeout: Duration) -> Result<(), EtcdError> {
+        let one = self.with_endpoints(vec![endpoint.to_string()]);
+        let out = one.call_with("defrag", &["defrag"], timeout)?;
+        one.ok("defrag", out).map(drop)
+    }
+
+    /// `compaction REV` (with `--physical`: waits until old revisions are really gone),
+    /// bounded by `timeout`.
+    pub fn compact(
+        &self,
+        revision: i64,
+        physical: bool,
+        timeout: Duration,
+    ) -> Result<(), EtcdError> {
+        let rev = revision.to_string();
+        let what = format!("compaction {rev}");
+        let mut args = vec!["compaction", rev.as_str()];
+        if physical {
+            args.push("--physical");
+        }
+        let out = self.call_with(&what, &args, timeout)?;
+        self.ok(&what, out).map(drop)
+    }
+
+    /// `move-leader ID`: hands leadership to member `to`. etcdctl finds the current leader
+    /// among this client's endpoints, so give it every member's client URL.
+    pub fn move_leader(&self, to: Id) -> Result<(), EtcdError> {
+        let what = format!("move-leader {to}");
+        self.call(&what, &["move-leader", &to.to_string()])
+            .map(drop)
+    }
+
+    /// `snapshot save PATH` from the one member at `endpoint`, bounded by `timeout`.
+    /// etcdctl writes `PATH.part` and renames it when complete.
+    pub fn snapshot_save(
+        &self,
+        endpoint: &str,
+        path: &Path,
+        timeout: Duration,
+    ) -> Result<(), EtcdError> {
+        let one = self.with_endpoints(vec![endpoint.to_string()]);
+        let p = path.to_string_lossy();
+        let what = format!("snapshot save {p}");
+        let out = one.call_with(&what, &["snapshot", "save", &p], timeout)?;
+        one.ok(&what, out).map(drop)
+    }
+
+    /// `put KEY VALUE`.
+    pub fn put(&self, key: &str, value: &str) -> Result<(), EtcdError> {
+        let what = format!("put {key}");
+        self.call(&what, &["put", "--", key, value]).map(drop)
+    }
+
+    /// `get KEY`: the value, or `None` when the key does not exist.
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, EtcdError> {
+        let what = format!("get {key}");
+        let out = self.call(&what, &["get", "--", key])?;
+        let kvs = self.parsed(&what, &out, json::get)?;
+        Ok(kvs
+            .into_iter()
+            .find(|kv| kv.key == key.as_bytes())
+            .map(|kv| kv.value))
+    }
+
+    /// `lock NAME --ttl=TTL`, held until the returned guard is dropped or released;
+    /// waits at most `wait` to acquire it. See [`ClusterLock`].
+    pub fn lock(
+        &self,
+        name: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<ClusterLock, EtcdError> {
+        // SIGTERM: etcdctl then releases the lock at once; after SIGKILL of etcdctl its
+        // lease expires after `ttl`.
+        let mut cmd = self.command(
+            nix::sys::signal::Signal::SIGTERM,
+            self.command_timeout,
+            false,
+        );
+        cmd.arg("lock")
+            .arg(format!("--ttl={}", ttl.as_secs().max(1)))
+            .arg("--")
+            .arg(name);
+        ClusterLock::acquire(cmd, name, &self.endpoints, wait)
+    }
+}
+
+/// Runs `f` on a one-endpoint client for each endpoint of `client`, all at once, each
+/// answer beside its endpoint (so one unreachable member costs one timeout, not one each).
+pub fn each_endpoint<T: Send>(
+    client: &Client,
+    f: impl Fn(&Client) -> Result<T, EtcdError> + Sync,
+) -> Vec<(String, Result<T, EtcdError>)> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = client
+            .endpoints
+            .iter()
+            .map(|e| {
+                let one = client.with_endpoints(vec![e.clone()]);
+                let f = &f;
+                (e.clone(), s.spawn(move || f(&one)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(e, h)| {
+                let r = h.join().unwrap_or_else(|_| {
+                    Err(EtcdError::new(
+                        ErrorKind::Other,
+                        "call",
+                        std::slice::from_ref(&e),
+                        "the thread asking it panicked",
+                    ))
+                });
+                (e, r)
+            })
+            .collect()
+    })
+}
+
+/// Whether an etcd log line says this member was removed from its cluster (etcd then
+/// exits; its data dir must be moved aside and the node join again).
+pub fn says_member_removed(log_line: &str) -> bool {
+    let l = log_line.to_ascii_lowercase();
+    l.contains("the member has been permanently removed from the cluster")
+        || l.contains("the member has been removed from the cluster")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_line_is_etcdctls_own_not_its_json_log() {
+        let stderr = br#"{"level":"warn","ts":"2026-12-01T09:24:50.955Z","caller":"clientv3/retry_interceptor.go:62","msg":"retrying of unary invoker failed","error":"rpc error: code = NotFound desc = etcdserver: member not found"}
+Error: etcdserver: member not found
+"#;
+        assert_eq!(error_line(stderr), "etcdserver: member not found");
+        let e = EtcdError::from_stderr(
+            "member remove 4d2",
+            &["http://10.0.0.2:2379".into()],
+            stderr,
+            "exit status: 1",
+        );
+        assert_eq!(e.kind, ErrorKind::MemberNotFound);
+        assert_eq!(
+            e.to_string(),
+            "etcd member remove 4d2 on http://10.0.0.2:2379: etcdserver: member not found"
+        );
+        assert_eq!(
+            error_line(b"Failed to get the status of endpoint http://127.0.0.1:1 (context deadline exceeded)\n"),
+            "Failed to get the status of endpoint http://127.0.0.1:1 (context deadline exceeded)"
+        );
+    }
+
+    #[test]
+    fn error_lines_are_classified_for_the_callers_decisions() {
+        for (line, kind) in [
+            (
+                "etcdserver: can only promote a learner member which is in sync with leader",
+                ErrorKind::LearnerNotInSync,
+            ),
+            (
+                "etcdserver: too many learner members in cluster",
+                ErrorKind::TooManyLearners,
+            ),
+            ("etcdserver: unhealthy cluster", ErrorKind::UnhealthyCluster),
+            (
+                "etcdserver: re-configuration failed due to not enough started members",
+                ErrorKind::UnhealthyCluster,
+            ),
+            (
+                "etcdserver: Peer URLs already exists",
+                ErrorKind::PeerUrlExists,
+            ),
+            (
+                "etcdserver: mvcc: database space exceeded",
+                ErrorKind::NoSpace,
+            ),
+            ("context deadline exceeded", ErrorKind::Unreachable),
+            ("etcdserver: bad leader transferee", ErrorKind::Other),
+        ] {
+            assert_eq!(classify(line), kind, "{line}");
+        }
+    }
+
+    #[test]
+    fn removal_is_recognised_in_etcds_log_of_3_4_and_3_5() {
+        assert!(says_member_removed(
+            r#"{"level":"fatal","msg":"the member has been permanently removed from the cluster"}"#
+        ));
+        assert!(says_member_removed(
+            "etcdserver: the member has been permanently removed from the cluster"
+        ));
+        assert!(!says_member_removed("etcdserver: member not found"));
+    }
+
+    #[test]
+    fn a_missing_etcdctl_is_a_spawn_error_naming_it() {
+        let c = Client::new(
+            "/nonexistent/etcdctl",
+            vec!["http://127.0.0.1:1".into()],
+            None,
+        );
+        let e = c.member_list().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Spawn);
+        assert!(e.line.contains("/nonexistent/etcdctl"), "{e}");
+    }
+
+    #[test]
+    fn a_child_past_its_deadline_is_killed_and_named() {
+        // `sleep` stands in for an etcdctl that hangs; the deadline is ours, not its own.
+        let mut cmd = command::command(Path::new("/bin/sleep"), nix::sys::signal::Signal::SIGKILL);
+        cmd.arg("30");
+        let t = std::time::Instant::now();
+        let e = command::run(
+            cmd,
+            Duration::from_millis(300),
+            "member list",
+            &["http://10.0.0.9:2379".into()],
+        )
+        .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert!(e.to_string().contains("http://10.0.0.9:2379"), "{e}");
+    }
+
+    #[test]
+    fn output_beyond_the_cap_is_dropped_not_buffered() {
+        let data = vec![b'x'; 100_000];
+        assert_eq!(command::drain(&data[..], 1000, false).len(), 1000);
+        let tail = command::drain(&b"aaaaEND"[..], 3, true);
+        assert_eq!(tail, b"END");
+    }
+}

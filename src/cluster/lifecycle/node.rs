@@ -1,0 +1,173 @@
+//! What joining and leaving need to know about this node, taken from [`Settings`] (or
+//! built directly by tests): its name and peer URLs, the initial cluster and token, the
+//! client port and TLS, the data dir, the installed etcdctl.
+
+use crate::cluster::etcd::{self, Client, Id};
+use crate::shared::config::{Settings, TlsFiles};
+use std::path::PathBuf;
+
+/// This node as a member of its cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// `node.name`: the member name.
+    pub name: String,
+    /// Its own peer URLs (`--initial-advertise-peer-urls`).
+    pub peer_urls: Vec<String>,
+    /// `etcd.initial_cluster`: every member as (name, peer URL).
+    pub initial_cluster: Vec<(String, String)>,
+    /// `etcd.cluster_token`.
+    pub token: String,
+    /// `etcd.client_port`: the members' client port (each member's client URL is its
+    /// peer host with this port).
+    pub client_port: u16,
+    /// The client side of TLS; `None` is plain http.
+    pub client_tls: Option<TlsFiles>,
+    /// `etcd.data_dir`.
+    pub data_dir: PathBuf,
+    /// The installed etcdctl.
+    pub etcdctl: PathBuf,
+}
+
+impl Node {
+    /// The node that `settings` describe, with the etcdctl `run` installed.
+    pub fn from_settings(settings: &Settings) -> Node {
+        Node {
+            name: settings.node_name.clone(),
+            peer_urls: vec![crate::shared::unit::peer_url(settings)],
+            initial_cluster: settings.initial_cluster.clone(),
+            token: settings.cluster_token.clone(),
+            client_port: settings.client_port,
+            client_tls: settings.tls.client.clone(),
+            data_dir: settings.data_dir.clone(),
+            etcdctl: settings.install_dir.join("etcdctl"),
+        }
+    }
+
+    /// The cluster ID etcd computed when it bootstrapped from this configuration.
+    pub fn expected_cluster_id(&self) -> Id {
+        etcd::cluster_id(&self.initial_cluster, &self.token)
+    }
+
+    /// Whether `url` is one of this node's peer URLs.
+    pub fn is_own_peer_url(&self, url: &str) -> bool {
+        self.peer_urls.iter().any(|u| u == url)
+    }
+
+    /// The client URL of the member at `peer_url`: its host with the client port, https
+    /// when client TLS is configured. `None` when the URL has no host.
+    pub fn client_url_of(&self, peer_url: &str) -> Option<String> {
+        let rest = peer_url.split_once("://").map_or(peer_url, |(_, r)| r);
+        let hostport = rest.split('/').next().unwrap_or("");
+        let host = if let Some(end) = hostport.strip_prefix('[').and_then(|h| h.find(']')) {
+            &hostport[..end + 2]
+        } else {
+            hostport.rsplit_once(':').map_or(hostport, |(h, _)| h)
+        };
+        if host.is_empty() {
+            return None;
+        }
+        let scheme = if self.client_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        Some(format!("{scheme}://{host}:{}", self.client_port))
+    }
+
+    /// The client URLs of the other members of `initial_cluster`.
+    pub fn peer_client_urls(&self) -> Vec<String> {
+        let mut urls: Vec<String> = self
+            .initial_cluster
+            .iter()
+            .filter(|(name, url)| *name != self.name && !self.is_own_peer_url(url))
+            .filter_map(|(_, url)| self.client_url_of(url))
+            .collect();
+        urls.dedup();
+        urls
+    }
+
+    /// This node's own client URL (its first peer URL's host with the client port).
+    pub fn own_client_url(&self) -> Option<String> {
+        self.peer_urls.first().and_then(|u| self.client_url_of(u))
+    }
+
+    /// A client of `endpoints` with this node's etcdctl and TLS.
+    pub fn client(&self, endpoints: Vec<String>) -> Client {
+        Client::new(self.etcdctl.clone(), endpoints, self.client_tls.clone())
+    }
+
+    /// Whether the data dir holds etcd data (`member/` inside it).
+    pub fn has_data(&self) -> bool {
+        self.data_dir.join("member").exists()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(tls: bool) -> Node {
+        Node {
+            name: "etcd-1".into(),
+            peer_urls: vec!["http://10.1.1.11:2380".into()],
+            initial_cluster: vec![
+                ("etcd-1".into(), "http://10.1.1.11:2380".into()),
+                ("etcd-2".into(), "http://10.1.1.12:2380".into()),
+                ("etcd-3".into(), "http://[fd00::13]:2380".into()),
+            ],
+            token: "tok".into(),
+            client_port: 2379,
+            client_tls: tls.then(|| TlsFiles {
+                cert: "/c".into(),
+                key: "/k".into(),
+                trusted_ca: "/ca".into(),
+            }),
+            data_dir: "/var/lib/etcd".into(),
+            etcdctl: "/opt/bin/etcdctl".into(),
+        }
+    }
+
+    #[test]
+    fn the_other_members_client_urls_are_their_peer_hosts_with_the_client_port() {
+        assert_eq!(
+            node(false).peer_client_urls(),
+            ["http://10.1.1.12:2379", "http://[fd00::13]:2379"]
+        );
+        assert_eq!(
+            node(true).peer_client_urls(),
+            ["https://10.1.1.12:2379", "https://[fd00::13]:2379"]
+        );
+        assert_eq!(
+            node(false).own_client_url().as_deref(),
+            Some("http://10.1.1.11:2379")
+        );
+        assert_eq!(node(false).client_url_of("http://:2380"), None);
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+
+    #[test]
+    fn the_node_of_the_documented_configuration() {
+        let s = crate::shared::config::parse(
+            crate::shared::config::EXAMPLE,
+            std::path::Path::new("example.toml"),
+        )
+        .expect("the example parses");
+        let n = Node::from_settings(&s);
+        assert_eq!(n.name, "etcd-1");
+        assert_eq!(n.peer_urls, ["https://10.1.1.11:2380"]);
+        assert_eq!(
+            n.peer_client_urls(),
+            ["https://10.1.1.12:2379", "https://10.1.1.13:2379"]
+        );
+        assert_eq!(n.etcdctl, PathBuf::from("/opt/bin/etcdctl"));
+        assert_eq!(n.client_tls, s.tls.client);
+        assert_eq!(
+            n.expected_cluster_id(),
+            etcd::cluster_id(&s.initial_cluster, "k8s-etcd-abc")
+        );
+    }
+}

@@ -1,0 +1,85 @@
+//! Day 2 on the node: leaving the cluster ([`leave`]), guarded rolling upgrades
+//! ([`upgrade`]), verified snapshots ([`snapshot`]), restore of a snapshot as a new
+//! one-member cluster ([`restore`]), defragmentation and NOSPACE recovery one member at a
+//! time ([`maintain`]). Each command acts on the etcd that `--config` describes, through
+//! the installed release's own tools: `etcdctl` via [`crate::cluster::etcd::Client`], and for
+//! snapshot files `etcdutl` (3.5) or `etcdctl` (3.4, which has no etcdutl) via
+//! [`tools`].
+//!
+//! The member is asked at its own client URL on the node IP (`scheme://node.ip:client_port`),
+//! the URL its TLS certificate is issued for; etcd also listens on 127.0.0.1, but a
+//! certificate need not name it.
+
+pub mod leave;
+pub mod maintain;
+pub mod restore;
+pub mod snapshot;
+pub mod tools;
+pub mod upgrade;
+
+use crate::cluster::etcd::Client;
+use crate::exit::upkeep as exit;
+use crate::reason::{Failure, ReasonCode};
+use crate::shared::config::{scheme, url_host, Settings};
+use std::path::{Path, PathBuf};
+
+/// This member's client URL.
+pub fn own_endpoint(s: &Settings) -> String {
+    format!(
+        "{}://{}:{}",
+        scheme(s.tls.client.is_some()),
+        url_host(s.node_ip),
+        s.client_port
+    )
+}
+
+/// The installed etcdctl.
+pub fn etcdctl(s: &Settings) -> PathBuf {
+    s.install_dir.join("etcdctl")
+}
+
+/// A client of this member only.
+pub fn own_client(s: &Settings) -> Client {
+    Client::new(etcdctl(s), vec![own_endpoint(s)], s.tls.client.clone())
+}
+
+/// The exit code for a failure of a day-2 command.
+pub fn exit_code(f: &Failure) -> u8 {
+    match f.code {
+        ReasonCode::ConfigInvalid => exit::CONFIG,
+        ReasonCode::ClusterUnhealthy => exit::UNHEALTHY,
+        ReasonCode::Locked => exit::LOCKED,
+        _ => exit::FAILED,
+    }
+}
+
+/// Prints a failure as its reason line (and its causes) on stderr; its exit code.
+pub fn report_failure(f: &Failure) -> u8 {
+    eprintln!("{}", f.headline());
+    if let Some(src) = &f.source {
+        for cause in src.chain() {
+            eprintln!("cause: {cause}");
+        }
+    }
+    exit_code(f)
+}
+
+/// `path`'s parent folder, fsynced so a rename inside it is durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), Failure> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Failure::io(dir, "cannot sync", e))
+}
+
+/// `t` as a file-name timestamp in UTC: `20261201T094500Z`.
+pub use crate::shared::report::file_stamp as stamp;
+
+/// `t` as a sortable file-name timestamp in UTC to the millisecond:
+/// `20261201T094500.123Z`.
+pub fn stamp_ms(t: std::time::SystemTime) -> String {
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_millis());
+    let s = stamp(t);
+    format!("{}.{ms:03}Z", s.trim_end_matches('Z'))
+}

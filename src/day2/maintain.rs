@@ -1,0 +1,345 @@
+//! `etcd-setup maintain`: defragmentation when it pays, one member at a time, the leader
+//! last; recovery from the NOSPACE alarm.
+//!
+//! Whoever runs it looks after the whole cluster, as etcd-druid does, so that the order
+//! is decided in one place: under the cluster lock `etcd-setup/maintain` (etcdctl's
+//! lock, a lease that dies with its holder), every member whose database is at least
+//! `maintain.min_db_size` and at least `maintain.min_fragmented_percent` unused is
+//! defragmented, followers first, the leader last, each only after every member answered
+//! its status again. The leader is defragmented last rather than relieved of leadership
+//! first: a defragmentation blocks only that member's own reads and writes, raft keeps
+//! running, and moving leadership costs an election on every run. Three nodes' timers
+//! firing together thus go one after another: the first holder defragments every
+//! member that needs it; the next ones find nothing left to do.
+//!
+//! NOSPACE: etcd then refuses every write, a lock's lease included, so the recovery runs
+//! without the lock: compact to the current revision (physically), defragment every
+//! member one at a time (followers first, the leader last), and disarm only when every
+//! member's database is below [`RECOVERED_PERCENT`] of the quota again; otherwise the
+//! alarm stays and the command fails with `etcd-nospace`. Two nodes recovering at once
+//! do no harm: compacting an already compacted revision is no error, and a defragmented
+//! member defragments again in moments.
+//!
+//! A CORRUPT alarm stops everything: it is for an operator (`etcd-corrupt`).
+
+use crate::cluster::etcd::{
+    each_endpoint, AlarmKind, Client, EndpointStatus, ErrorKind, EtcdError,
+};
+use crate::reason::{Failure, ReasonCode};
+use crate::shared::config::Settings;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The cluster lock's name.
+pub const LOCK: &str = "etcd-setup/maintain";
+/// The lock's lease TTL: how long a holder killed outright keeps the others waiting.
+pub const LOCK_TTL: Duration = Duration::from_secs(30);
+/// After NOSPACE, the alarm is disarmed only when every member's database is below this
+/// share of the quota, in percent: a quarter of it free, so that the alarm does not come
+/// straight back with the next writes.
+pub const RECOVERED_PERCENT: u64 = 75;
+
+/// One member as maintenance sees it.
+#[derive(Debug, Clone)]
+pub struct MemberView {
+    /// Its name.
+    pub name: String,
+    /// Its client URL.
+    pub endpoint: String,
+    /// Its status.
+    pub status: EndpointStatus,
+}
+
+impl MemberView {
+    /// Whether it leads.
+    pub fn is_leader(&self) -> bool {
+        self.status.leader == self.status.member_id
+    }
+
+    /// The share of its database file not in use, in percent; `None` when etcd does not
+    /// say (etcd before 3.4).
+    pub fn fragmented_percent(&self) -> Option<u64> {
+        let in_use = self.status.db_size_in_use?;
+        let size = self.status.db_size.max(1);
+        Some(size.saturating_sub(in_use) * 100 / size)
+    }
+}
+
+fn unhealthy(message: String) -> Failure {
+    Failure::new(ReasonCode::ClusterUnhealthy, message)
+}
+
+fn failed(e: EtcdError) -> Failure {
+    Failure::new(ReasonCode::MaintainFailed, e.to_string())
+}
+
+/// `bytes` as MiB with one decimal.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// Every started member with its status; a member that does not answer makes the
+/// cluster unhealthy.
+pub fn members(own: &Client) -> Result<Vec<MemberView>, Failure> {
+    let list = own
+        .member_list()
+        .map_err(|e| unhealthy(format!("cannot list the members: {e}")))?;
+    let started: Vec<_> = list
+        .members
+        .into_iter()
+        .filter(|m| !m.client_urls.is_empty())
+        .collect();
+    let endpoints: Vec<String> = started.iter().map(|m| m.client_urls[0].clone()).collect();
+    let all = own.with_endpoints(endpoints);
+    let statuses = each_endpoint(&all, |one| {
+        one.endpoint_status().and_then(|mut v| {
+            v.pop().ok_or_else(|| {
+                EtcdError::new(
+                    ErrorKind::Parse,
+                    "endpoint status",
+                    one.endpoints(),
+                    "no answer",
+                )
+            })
+        })
+    });
+    let mut out = Vec::new();
+    for (m, (endpoint, status)) in started.into_iter().zip(statuses) {
+        let status = status.map_err(|e| {
+            unhealthy(format!(
+                "member {} at {endpoint} does not answer: {e}",
+                m.name
+            ))
+        })?;
+        if status.leader.0 == 0 {
+            return Err(unhealthy(format!(
+                "member {} at {endpoint} has no leader",
+                m.name
+            )));
+        }
+        out.push(MemberView {
+            name: m.name,
+            endpoint,
+            status,
+        });
+    }
+    Ok(out)
+}
+
+/// Followers first (by name), the leader last.
+fn leader_last(mut v: Vec<MemberView>) -> Vec<MemberView> {
+    v.sort_by(|a, b| (a.is_leader(), &a.name).cmp(&(b.is_leader(), &b.name)));
+    v
+}
+
+/// Defragments `m`, printing one line with its sizes and times.
+fn defragment(client: &Client, m: &MemberView, timeout: Duration) -> Result<(), Failure> {
+    let role = if m.is_leader() { "leader" } else { "follower" };
+    let start = unix_ms();
+    let t = Instant::now();
+    client.defrag(&m.endpoint, timeout).map_err(failed)?;
+    let took = t.elapsed();
+    let end = unix_ms();
+    let after = client
+        .with_endpoints(vec![m.endpoint.clone()])
+        .endpoint_status()
+        .ok()
+        .and_then(|mut v| v.pop())
+        .map_or("?".to_string(), |s| mib(s.db_size));
+    crate::shared::output::print(&format!(
+        "{}\n",
+        crate::shared::printable::line(&format!(
+            "defragmented {} ({role}) {}: {} -> {after} in {:.2} s [{start}..{end}]",
+            m.name,
+            m.endpoint,
+            mib(m.status.db_size),
+            took.as_secs_f64()
+        ))
+    ));
+    Ok(())
+}
+
+/// What a maintenance run did.
+#[derive(Debug, Clone, Default)]
+pub struct Done {
+    /// Members defragmented, in order.
+    pub defragmented: Vec<String>,
+    /// Whether a NOSPACE alarm was recovered and disarmed.
+    pub disarmed: bool,
+}
+
+/// NOSPACE: compact, defragment every member, disarm when space came back.
+fn recover_nospace(s: &Settings, own: &Client, members: Vec<MemberView>) -> Result<Done, Failure> {
+    let cfg = &s.upkeep.maintain;
+    let quota = s.upkeep.quota_backend_bytes;
+    let revision = members.iter().map(|m| m.status.revision).max().unwrap_or(0);
+    crate::shared::output::print(&format!(
+        "{}\n",
+        crate::shared::printable::line(&format!(
+            "NOSPACE: databases {}; quota {}; compacting to revision {revision}",
+            members
+                .iter()
+                .map(|m| format!("{} {}", m.name, mib(m.status.db_size)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            mib(quota)
+        ))
+    ));
+    match own.compact(revision, true, cfg.defrag_timeout) {
+        Ok(()) => {}
+        Err(e) if e.line.contains("required revision has been compacted") => {}
+        Err(e) => return Err(failed(e)),
+    }
+    let mut done = Done::default();
+    for m in leader_last(members) {
+        defragment(own, &m, cfg.defrag_timeout)?;
+        done.defragmented.push(m.name.clone());
+    }
+    let after = members_or_fail(own)?;
+    let limit = quota / 100 * RECOVERED_PERCENT;
+    if let Some(full) = after.iter().find(|m| m.status.db_size >= limit) {
+        return Err(Failure::new(
+            ReasonCode::EtcdNospace,
+            format!(
+                "space did not come back: member {} still holds {} of a {} quota after \
+                 compaction and defragmentation; the alarm stays. Delete keys (or raise \
+                 etcd.quota_backend_bytes) and run `etcd-setup maintain` again",
+                full.name,
+                mib(full.status.db_size),
+                mib(quota)
+            ),
+        ));
+    }
+    own.alarm_disarm().map_err(failed)?;
+    crate::shared::output::print(&format!(
+        "{}\n",
+        crate::shared::printable::line(&format!(
+            "disarmed NOSPACE: databases now {}",
+            after
+                .iter()
+                .map(|m| format!("{} {}", m.name, mib(m.status.db_size)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    ));
+    done.disarmed = true;
+    Ok(done)
+}
+
+fn members_or_fail(own: &Client) -> Result<Vec<MemberView>, Failure> {
+    members(own)
+}
+
+/// Whether member `m` passes the thresholds.
+pub fn needs_defrag(s: &Settings, m: &MemberView) -> bool {
+    let cfg = &s.upkeep.maintain;
+    m.status.db_size >= cfg.min_db_size
+        && m.fragmented_percent()
+            .is_some_and(|p| p >= cfg.min_fragmented_percent)
+}
+
+/// One maintenance run.
+pub fn maintain(s: &Settings) -> Result<Done, Failure> {
+    let own = super::own_client(s);
+    let alarms = own
+        .alarm_list()
+        .map_err(|e| unhealthy(format!("cannot list the alarms: {e}")))?;
+    if let Some(a) = alarms.iter().find(|a| a.kind == AlarmKind::Corrupt) {
+        return Err(Failure::new(
+            ReasonCode::EtcdCorrupt,
+            format!(
+                "member {} raised the CORRUPT alarm: its data differ from the others'; \
+                 nothing was done. Replace that member (remove it, move its data dir aside, \
+                 let it join again) before any maintenance",
+                a.member_id
+            ),
+        ));
+    }
+    let seen = members(&own)?;
+    if alarms.iter().any(|a| a.kind == AlarmKind::NoSpace) {
+        return recover_nospace(s, &own, seen);
+    }
+    if !seen.iter().any(|m| needs_defrag(s, m)) {
+        print_nothing(s, &seen);
+        return Ok(Done::default());
+    }
+    let cfg = &s.upkeep.maintain;
+    let mut lock = own
+        .lock(LOCK, LOCK_TTL, cfg.lock_wait)
+        .map_err(|e| match e.kind {
+            ErrorKind::Timeout => Failure::new(
+                ReasonCode::Locked,
+                format!("another node's maintenance holds {LOCK}: {e}"),
+            ),
+            _ => failed(e),
+        })?;
+    // Another node may have done the work while we waited.
+    let members = members_or_fail(&own)?;
+    let mut done = Done::default();
+    let todo: Vec<String> = leader_last(members.clone())
+        .into_iter()
+        .filter(|m| needs_defrag(s, m))
+        .map(|m| m.name)
+        .collect();
+    if todo.is_empty() {
+        print_nothing(s, &members);
+    }
+    for name in todo {
+        // Every member answers before each defragmentation, and the leader is known now.
+        let now = members_or_fail(&own)?;
+        let Some(m) = now.into_iter().find(|m| m.name == name) else {
+            continue;
+        };
+        // One member at a time only while the lock is ours.
+        lock.ensure_held().map_err(|e| {
+            Failure::new(
+                ReasonCode::MaintainFailed,
+                format!("{e}; defragmentation stopped before {}", m.name),
+            )
+        })?;
+        defragment(&own, &m, cfg.defrag_timeout)?;
+        done.defragmented.push(m.name);
+    }
+    drop(lock);
+    Ok(done)
+}
+
+fn print_nothing(s: &Settings, members: &[MemberView]) {
+    let cfg = &s.upkeep.maintain;
+    crate::shared::output::print(&format!(
+        "{}\n",
+        crate::shared::printable::line(&format!(
+            "nothing to defragment (threshold {} and {}% unused): {}",
+            mib(cfg.min_db_size),
+            cfg.min_fragmented_percent,
+            members
+                .iter()
+                .map(|m| format!(
+                    "{} {} ({}% unused)",
+                    m.name,
+                    mib(m.status.db_size),
+                    m.fragmented_percent()
+                        .map_or("?".to_string(), |p| p.to_string())
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    ));
+}
+
+/// `etcd-setup maintain`: the exit code.
+pub fn command(args: &crate::cli::MaintainArgs) -> u8 {
+    let s = match crate::shared::config::load(&args.config) {
+        Ok(s) => s,
+        Err(f) => return super::report_failure(&f),
+    };
+    match maintain(&s) {
+        Ok(_) => crate::exit::upkeep::OK,
+        Err(f) => super::report_failure(&f),
+    }
+}

@@ -1,0 +1,233 @@
+//! The release's snapshot-file tools: `etcdutl snapshot status|restore` on 3.5,
+//! `etcdctl snapshot status|restore` on 3.4 (which has no etcdutl); and the SHA-256
+//! trailer etcd appends to every snapshot it streams, checked here without them.
+
+use crate::reason::{Failure, ReasonCode};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The tool for snapshot files in `install_dir`: etcdutl when installed, else etcdctl.
+pub fn snapshot_tool(install_dir: &Path) -> PathBuf {
+    let etcdutl = install_dir.join("etcdutl");
+    if etcdutl.is_file() {
+        etcdutl
+    } else {
+        install_dir.join("etcdctl")
+    }
+}
+
+/// What `snapshot status` says of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct FileStatus {
+    /// etcd's hash of the key space.
+    pub hash: u64,
+    /// The revision it holds.
+    pub revision: i64,
+    /// How many keys.
+    #[serde(rename = "totalKey")]
+    pub total_keys: u64,
+    /// The bolt database's size.
+    #[serde(rename = "totalSize")]
+    pub total_size: u64,
+}
+
+/// Runs `program ARGS` with a clean environment, killed after `deadline`; its stdout,
+/// or its last stderr line as the error.
+pub fn run(program: &Path, args: &[String], deadline: Duration) -> Result<Vec<u8>, String> {
+    let shown = format!("{} {}", program.display(), args.join(" "));
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("ETCDCTL_API", "3")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    std::thread::spawn(move || {
+        let read = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                if let Some(r) = r {
+                    let _ = r.take(4 << 20).read_to_end(&mut v);
+                }
+                v
+            })
+        };
+        let o = read(out.map(|o| Box::new(o) as Box<dyn Read + Send>));
+        let e = read(err.map(|e| Box::new(e) as Box<dyn Read + Send>));
+        let status = child.wait();
+        let _ = tx.send((
+            status,
+            o.join().unwrap_or_default(),
+            e.join().unwrap_or_default(),
+        ));
+    });
+    let (status, stdout, stderr) = match rx.recv_timeout(deadline) {
+        Ok(r) => r,
+        Err(_) => {
+            // Not reaped yet (the waiter reaps only after it exits): the PID is its own.
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            return Err(format!(
+                "{shown} did not finish within {} s and was killed",
+                deadline.as_secs()
+            ));
+        }
+    };
+    let status = status.map_err(|e| format!("waiting for {shown}: {e}"))?;
+    if status.success() {
+        Ok(stdout)
+    } else {
+        let line = crate::cluster::etcd::error_line(&stderr);
+        Err(format!("{shown} failed ({status}): {line}"))
+    }
+}
+
+/// `snapshot status` of `file`, read with `tool`.
+pub fn file_status(tool: &Path, file: &Path) -> Result<FileStatus, Failure> {
+    let args = vec![
+        "--write-out=json".to_string(),
+        "snapshot".into(),
+        "status".into(),
+        file.display().to_string(),
+    ];
+    let out = run(tool, &args, Duration::from_secs(300)).map_err(|e| {
+        Failure::new(
+            ReasonCode::SnapshotCorrupt,
+            format!("{} is not a readable etcd snapshot: {e}", file.display()),
+        )
+    })?;
+    serde_json::from_slice(&out).map_err(|e| {
+        Failure::new(
+            ReasonCode::SnapshotCorrupt,
+            format!(
+                "{}: unreadable snapshot status ({e}): {}",
+                file.display(),
+                String::from_utf8_lossy(&out).trim()
+            ),
+        )
+    })
+}
+
+/// Checks the SHA-256 etcd appends to a streamed snapshot (the database, then 32 bytes
+/// of its digest; the database is a whole number of 512-byte pages, so the trailer is
+/// present exactly when the size is 32 past a multiple of 512). A file without it (a
+/// copied `member/snap/db`) is refused: restore it with `--skip-hash-check`.
+pub fn check_trailer(file: &Path) -> Result<(), Failure> {
+    let corrupt = |why: String| {
+        Failure::new(
+            ReasonCode::SnapshotCorrupt,
+            format!("{}: {why}", file.display()),
+        )
+    };
+    let mut f = std::fs::File::open(file).map_err(|e| Failure::io(file, "cannot open", e))?;
+    let size = f
+        .metadata()
+        .map_err(|e| Failure::io(file, "cannot stat", e))?
+        .len();
+    if size < 512 + 32 || size % 512 != 32 {
+        return Err(corrupt(format!(
+            "{size} bytes is no database with etcd's SHA-256 trailer (truncated, or a \
+             copied db file: restore that with --skip-hash-check)"
+        )));
+    }
+    let mut h = Sha256::new();
+    let mut left = size - 32;
+    let mut buf = vec![0u8; 1 << 20];
+    while left > 0 {
+        let n = (left as usize).min(buf.len());
+        f.read_exact(&mut buf[..n])
+            .map_err(|e| Failure::io(file, "cannot read", e))?;
+        h.update(&buf[..n]);
+        left -= n as u64;
+    }
+    let mut trailer = [0u8; 32];
+    f.read_exact(&mut trailer)
+        .map_err(|e| Failure::io(file, "cannot read", e))?;
+    if h.finalize().as_slice() != trailer {
+        return Err(corrupt(
+            "its SHA-256 trailer does not match its content (damaged or truncated)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// How far a restore moves the revision on (etcdutl 3.5.x that has `--bump-revision`):
+/// past every revision the lost cluster may have reached after the snapshot, so that
+/// Kubernetes' watchers and caches, which remember revisions, see the restored data as
+/// newer, and the revisions in between as compacted (etcd's own guidance for restoring
+/// a Kubernetes cluster's etcd).
+pub const BUMP_REVISION: u64 = 1_000_000_000;
+
+/// Whether `tool`'s `snapshot restore` has `--bump-revision` (etcdutl from 3.5.?; not
+/// 3.5.1's, not 3.4's etcdctl).
+pub fn supports_bump_revision(tool: &Path) -> bool {
+    let args = vec!["snapshot".to_string(), "restore".into(), "--help".into()];
+    run(tool, &args, Duration::from_secs(10))
+        .map(|out| String::from_utf8_lossy(&out).contains("--bump-revision"))
+        .unwrap_or(false)
+}
+
+/// What a restore needs to make the new member.
+#[derive(Debug, Clone)]
+pub struct RestoreTo<'a> {
+    /// The member's name.
+    pub name: &'a str,
+    /// Its peer URL.
+    pub peer_url: &'a str,
+    /// Every member of the configuration as `name=url,…`: the restored cluster then has
+    /// the ID the configuration gives, which the other nodes' join checks.
+    pub initial_cluster: &'a str,
+    /// The cluster token.
+    pub token: &'a str,
+    /// The data dir to create (must not exist).
+    pub data_dir: &'a Path,
+    /// Skip etcd's own hash check (a copied db file has no trailer).
+    pub skip_hash_check: bool,
+}
+
+/// `snapshot restore FILE` into a new data dir, with the configuration's members (the
+/// first start, with `--force-new-cluster`, makes it a one-member cluster of the same ID).
+pub fn restore(
+    tool: &Path,
+    file: &Path,
+    to: &RestoreTo,
+    deadline: Duration,
+) -> Result<(), Failure> {
+    let mut args = vec![
+        "snapshot".to_string(),
+        "restore".into(),
+        file.display().to_string(),
+        format!("--name={}", to.name),
+        format!("--initial-cluster={}", to.initial_cluster),
+        format!("--initial-advertise-peer-urls={}", to.peer_url),
+        format!("--initial-cluster-token={}", to.token),
+        format!("--data-dir={}", to.data_dir.display()),
+    ];
+    if to.skip_hash_check {
+        args.push("--skip-hash-check".into());
+    }
+    if supports_bump_revision(tool) {
+        args.push(format!("--bump-revision={BUMP_REVISION}"));
+        args.push("--mark-compacted".into());
+    }
+    run(tool, &args, deadline).map(drop).map_err(|e| {
+        Failure::new(
+            ReasonCode::RestoreFailed,
+            format!(
+                "cannot restore {} into {}: {e}",
+                file.display(),
+                to.data_dir.display()
+            ),
+        )
+    })
+}

@@ -1,0 +1,668 @@
+//! `etcd-setup upgrade`: this member moves to the etcd release on the newer Kubernetes ISO.
+//!
+//! One straight road, each step only after the one before succeeded:
+//! 1. the running version (etcd's `/metrics`) and the new tarball, found and validated as
+//!    `run` does (`discover` + `source`: the platform swaps the ISO in the node's one
+//!    CD-ROM drive, so the disc found is the new one);
+//! 2. the version rules ([`rules::versions`]: one minor up at most, never down; the same
+//!    release is nothing to do) and the known-bad table ([`crate::shared::advisory`]);
+//! 3. the cluster rules ([`rules::cluster`]: more than two members, all healthy, none on a
+//!    third release), asked again once the cluster-wide lock is held;
+//! 4. the lock `etcd-setup/upgrade`, held in etcd itself ([`crate::cluster::etcd::ClusterLock`]):
+//!    one member at a time. The leader goes last: holding the lock while other members
+//!    still run the old release, it lets the lock go and waits for them (at most
+//!    `--leader-wait`), and at its turn hands leadership to another healthy member
+//!    first, so that its restart costs the others no election;
+//! 5. a snapshot of this member, before anything changes: the verified one of `etcd-setup
+//!    snapshot` ([`crate::day2::snapshot::take`]), kept with the others and recorded;
+//! 6. [`swap`]: etcd stopped, the old binaries kept beside the new ones
+//!    ([`beside::keep_previous`]), the new ones installed by renames, etcd started and
+//!    confirmed healthy on the new version; if it is not, the old binaries are put back
+//!    ([`beside::rollback`]), etcd started again and the upgrade fails with
+//!    `upgrade-rolled-back`.
+//!
+//! The node's state records the upgrade's phase, the members' versions and the cluster
+//! version, which `status` shows.
+
+pub mod beside;
+pub mod rules;
+
+use crate::cli::UpgradeArgs;
+use crate::cluster::etcd::{self, Client};
+use crate::cluster::health::{self, Health};
+use crate::cluster::lifecycle::Node;
+use crate::exit::upgrade as exit;
+use crate::reason::{Failure, ReasonCode};
+use crate::road::discover::{self, Wait};
+use crate::road::install;
+use crate::road::run::Paths;
+use crate::road::source;
+use crate::shared::advisory::{self, Version};
+use crate::shared::config::{self, Settings};
+use crate::shared::lock::{RunLock, LOCK_FILE};
+use crate::shared::report::{rfc3339, Phase, State, UpgradeRecord};
+use crate::shared::systemd::{self, JobResult, Systemd};
+use crate::shared::unit::ETCD_UNIT;
+use rules::{MemberView, Step};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The lock's name in etcd.
+pub const LOCK_NAME: &str = "etcd-setup/upgrade";
+
+/// Runs `etcd-setup upgrade`; returns the exit code.
+pub fn command(args: &UpgradeArgs) -> u8 {
+    let settings = match config::load(&args.config) {
+        Ok(s) => s,
+        Err(f) => {
+            eprintln!("etcd-setup upgrade: {}", f.headline());
+            return exit::CONFIG;
+        }
+    };
+    let paths = Paths::new(&args.dirs);
+    let _lock = match RunLock::acquire(&paths.run_dir.join(LOCK_FILE), args.lock_timeout) {
+        Ok(l) => l,
+        Err(f) => {
+            eprintln!("etcd-setup upgrade: {}", f.headline());
+            return exit::LOCKED;
+        }
+    };
+    let mut record = Recorder::new(&paths);
+    match upgrade(&settings, &paths, args, &mut record) {
+        Ok(done) => {
+            crate::shared::output::print(&format!("{}\n", crate::shared::printable::line(&done)));
+            exit::OK
+        }
+        Err(f) => {
+            let refused = is_refusal(f.code);
+            record.set(if refused { "refused" } else { "failed" }, &f.headline());
+            eprintln!("etcd-setup upgrade: {}", f.headline());
+            if let Some(detail) = &f.source {
+                eprintln!("    {detail:#}");
+            }
+            match f.code {
+                ReasonCode::Locked => exit::LOCKED,
+                _ if refused => exit::REFUSED,
+                _ => exit::FAILED,
+            }
+        }
+    }
+}
+
+/// Whether `code` is a refusal that changed nothing.
+fn is_refusal(code: ReasonCode) -> bool {
+    matches!(
+        code,
+        ReasonCode::UpgradeDowngrade
+            | ReasonCode::UpgradeTooFar
+            | ReasonCode::UpgradeTwoMembers
+            | ReasonCode::UpgradeUnhealthy
+            | ReasonCode::UpgradeInProgress
+            | ReasonCode::KnownBadRelease
+    )
+}
+
+/// Writes the upgrade's record into the node's state, best effort (an upgrade does not
+/// fail because status cannot show it; the failure is said on stderr).
+struct Recorder {
+    store: crate::shared::report::StateStore,
+    record: UpgradeRecord,
+    /// The operation status shows while the upgrade runs; etcd is down on purpose from
+    /// the leader's hand-over and from the install (the swap stops etcd first) until it
+    /// is confirmed or rolled back.
+    op: crate::shared::report::OperationGuard,
+}
+
+impl Recorder {
+    fn new(paths: &Paths) -> Recorder {
+        Recorder {
+            op: crate::shared::report::OperationGuard::begin(
+                &paths.run_dir,
+                "upgrade",
+                "validating",
+            ),
+            store: paths.store(),
+            record: UpgradeRecord {
+                phase: "validating".into(),
+                from: "-".into(),
+                to: "-".into(),
+                progress: String::new(),
+                members: Vec::new(),
+                cluster_version: None,
+                updated_at: rfc3339(SystemTime::now()),
+            },
+        }
+    }
+
+    fn set(&mut self, phase: &str, progress: &str) {
+        self.record.phase = phase.into();
+        self.record.progress = progress.into();
+        self.op.step(
+            &format!("{phase}: {progress}"),
+            matches!(
+                phase,
+                "handing-over" | "installing" | "restarting" | "confirming" | "rolling-back"
+            ),
+        );
+        self.save();
+    }
+
+    fn save(&mut self) {
+        let now = SystemTime::now();
+        self.record.updated_at = rfc3339(now);
+        let mut state = self
+            .store
+            .load()
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| State::begin_at(Phase::NotStarted, now));
+        state.upgrade = Some(self.record.clone());
+        state.touch(now);
+        if let Err(e) = self.store.save(&state) {
+            eprintln!(
+                "etcd-setup upgrade: cannot record the upgrade in {}: {e}",
+                self.store.run_path().display()
+            );
+        }
+    }
+}
+
+fn upgrade(
+    settings: &Settings,
+    paths: &Paths,
+    args: &UpgradeArgs,
+    record: &mut Recorder,
+) -> Result<String, Failure> {
+    let metrics = SocketAddr::from(([127, 0, 0, 1], settings.metrics_port));
+    let installed = running_version(metrics)?;
+    record.record.from = installed.to_string();
+
+    // The new release, exactly as `run` finds and validates one.
+    let install_dir = &settings.install_dir;
+    beside::recover(install_dir)?;
+    if let Ok(n) = crate::road::archive::remove_stale_staging(install_dir) {
+        if n > 0 {
+            eprintln!(
+                "etcd-setup upgrade: removed {n} staging folder(s) left by an interrupted run"
+            );
+        }
+    }
+    let wait = Wait {
+        archive_path: &settings.archive_path,
+        limit: args.iso_wait,
+        sys_block: &paths.sys_block,
+        dev: &paths.dev,
+    };
+    let found = discover::wait_for_iso(&wait, |_| {})?;
+    let device = found.device.display().to_string();
+    let release = source::validate_found(
+        found,
+        &settings.archive_path,
+        install_dir,
+        &settings.policy(),
+    )?
+    .extracted;
+    let new = Version::parse(&release.version).ok_or_else(|| {
+        Failure::new(
+            ReasonCode::BinaryMissing,
+            format!(
+                "the release on {device} names no version MAJOR.MINOR.PATCH: {:?}",
+                release.version
+            ),
+        )
+    })?;
+    record.record.to = new.to_string();
+    for line in advisory::gate(&release.version, settings.refuse_known_bad)? {
+        eprintln!("etcd-setup upgrade: warning: {line}");
+    }
+    if rules::versions(installed, new)? == Step::Nothing {
+        record.set(
+            "done",
+            &format!("etcd {installed} runs already; nothing to do"),
+        );
+        return Ok(format!(
+            "etcd {installed} is the release on {device}; nothing to do"
+        ));
+    }
+
+    let node = Node::from_settings(settings);
+    let client = node.client(all_client_urls(&node));
+    let view = survey(&client, &node)?;
+    record.record.members = versions_of(&view);
+    rules::cluster(&view, installed, new)?;
+
+    // One member at a time; the leader last.
+    record.set(
+        "waiting-for-lock",
+        &format!("waiting for the cluster lock {LOCK_NAME}"),
+    );
+    let lock = take_turn(
+        &client,
+        &node,
+        installed,
+        new,
+        args.lock_wait,
+        args.leader_wait,
+        &mut |turn| match turn {
+            Turn::Waiting(view) => {
+                record.record.members = versions_of(view);
+                record.set(
+                    "waiting-for-lock",
+                    "this member leads; waiting for the other members to upgrade first",
+                );
+            }
+            Turn::HandingOver => record.set(
+                "handing-over",
+                "handing leadership to another member before the restart",
+            ),
+        },
+    )?;
+    eprintln!(
+        "etcd-setup upgrade: {} holds {LOCK_NAME}; upgrading {installed} -> {new}",
+        node.name
+    );
+
+    record.set("snapshot", "taking a snapshot before the upgrade");
+    // The same verified snapshot as `etcd-setup snapshot`, kept with the others and
+    // recorded for status.
+    let taken = crate::day2::snapshot::take(settings, SystemTime::now()).map_err(|f| {
+        Failure::new(
+            ReasonCode::UpgradeSnapshotFailed,
+            format!("the snapshot before the upgrade failed: {}", f.message),
+        )
+        .with_source(f)
+    })?;
+    if let Err(f) = crate::shared::report::record_snapshot(
+        &paths.state_dir,
+        taken.taken.clone(),
+        settings.upkeep.snapshot.stale_after,
+    ) {
+        eprintln!("etcd-setup upgrade: {}", f.headline());
+    }
+    let snap = PathBuf::from(&taken.taken.file);
+
+    let service = SystemdService::connect(settings.start_timeout)?;
+    // The snapshot took a while: the lock must still be ours before etcd is touched.
+    let mut lock = lock;
+    lock.ensure_held().map_err(|e| {
+        Failure::new(
+            ReasonCode::Locked,
+            format!("{e}; nothing was changed: run the upgrade again"),
+        )
+    })?;
+    record.set(
+        "installing",
+        &format!("installing etcd {new} beside {installed}"),
+    );
+    let outcome = swap(
+        &service,
+        &release,
+        install_dir,
+        metrics,
+        new,
+        installed,
+        settings.start_timeout,
+        &mut |p| record.set(p, p),
+    );
+    drop(release);
+    let view = survey(&client, &node).unwrap_or_default();
+    record.record.members = versions_of(&view);
+    record.record.cluster_version = health::cluster_version(metrics, Duration::from_secs(3)).ok();
+    drop(lock);
+    outcome?;
+    record.set(
+        "done",
+        &format!("etcd {installed} -> {new}; snapshot {}", snap.display()),
+    );
+    Ok(format!(
+        "{} runs etcd {new} (was {installed}); snapshot {}; the old binaries are in {}",
+        node.name,
+        snap.display(),
+        beside::previous_dir(install_dir).display()
+    ))
+}
+
+/// What [`take_turn`] reports on the way.
+pub enum Turn<'a> {
+    /// This member leads and lets the lock go while the others (in `view`) upgrade.
+    Waiting(&'a [MemberView]),
+    /// This member leads and hands leadership on now: its etcd's `/health` may say "no
+    /// leader" for a moment, on purpose.
+    HandingOver,
+}
+
+/// Takes this member's turn: the cluster lock, with the cluster rules asked again under
+/// it. The leader goes last: while another member runs the old release it lets the lock
+/// go, reports [`Turn::Waiting`] and asks again after 2 s, until `leader_wait` passed. A
+/// leader hands leadership to another healthy member before its turn
+/// ([`Turn::HandingOver`]).
+pub fn take_turn(
+    client: &Client,
+    node: &Node,
+    installed: Version,
+    new: Version,
+    lock_wait: Duration,
+    leader_wait: Duration,
+    turn: &mut dyn FnMut(Turn<'_>),
+) -> Result<etcd::ClusterLock, Failure> {
+    let started = Instant::now();
+    // The lock's session lives on the other members: this member's etcd restarts while
+    // the lock is held, and a session on it could end with it (then the lease is revoked
+    // and the next member would take the lock while this one is still down).
+    let others = node.peer_client_urls();
+    let locker = if others.is_empty() {
+        client.clone()
+    } else {
+        client.with_endpoints(others)
+    };
+    loop {
+        let lock = locker
+            .lock(LOCK_NAME, Duration::from_secs(60), lock_wait)
+            .map_err(|e| {
+                Failure::new(
+                    ReasonCode::Locked,
+                    format!(
+                        "the cluster lock {LOCK_NAME} was not ours within {} s",
+                        lock_wait.as_secs()
+                    ),
+                )
+                .with_source(e)
+            })?;
+        let view = survey(client, node)?;
+        rules::cluster(&view, installed, new)?;
+        if !rules::leader_must_wait(&view, new) {
+            // A leader restarting makes the others elect one, and their /health says
+            // "no leader" meanwhile: hand leadership on first, as a planned restart should.
+            if view.iter().any(|m| m.is_self && m.is_leader) {
+                turn(Turn::HandingOver);
+                hand_leadership_away(client, &view)?;
+            }
+            return Ok(lock);
+        }
+        if started.elapsed() >= leader_wait {
+            turn(Turn::HandingOver);
+            hand_leadership_away(client, &view)?;
+            return Ok(lock);
+        }
+        lock.release();
+        turn(Turn::Waiting(&view));
+        // The others' progress is in etcd, which offers no event to await here: ask
+        // again shortly.
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// The version this member's etcd runs, from `/metrics`: `upgrade-unhealthy` when it
+/// does not answer.
+fn running_version(metrics: SocketAddr) -> Result<Version, Failure> {
+    let text = health::server_version(metrics, Duration::from_secs(3)).map_err(|e| {
+        Failure::new(
+            ReasonCode::UpgradeUnhealthy,
+            format!("this member's etcd does not tell its version ({e}); it must run and be healthy before an upgrade"),
+        )
+    })?;
+    Version::parse(&text).ok_or_else(|| {
+        Failure::new(
+            ReasonCode::UpgradeUnhealthy,
+            format!("this member's etcd reports the version {text:?}, not MAJOR.MINOR.PATCH"),
+        )
+    })
+}
+
+/// Every member's client URL from the configuration, this node's first.
+fn all_client_urls(node: &Node) -> Vec<String> {
+    let mut urls: Vec<String> = node.own_client_url().into_iter().collect();
+    urls.extend(node.peer_client_urls());
+    urls
+}
+
+/// The members, each with its version, health and role, asked all at once.
+pub fn survey(client: &Client, node: &Node) -> Result<Vec<MemberView>, Failure> {
+    let list = client.member_list().map_err(|e| {
+        Failure::new(
+            ReasonCode::UpgradeUnhealthy,
+            format!("no member answered the member list: {e}"),
+        )
+    })?;
+    let endpoints: Vec<String> = list
+        .members
+        .iter()
+        .filter_map(|m| m.client_urls.first().cloned())
+        .collect();
+    let asked = client.with_endpoints(endpoints);
+    let answers = etcd::each_endpoint(&asked, |one| {
+        let health = one.endpoint_health()?;
+        let status = one.endpoint_status()?;
+        Ok((health, status))
+    });
+    let own_id = crate::cluster::etcd::member_id(&node.peer_urls, &node.token);
+    let mut view = Vec::new();
+    for m in &list.members {
+        let endpoint = m.client_urls.first().cloned().unwrap_or_default();
+        let answer = answers.iter().find(|(e, _)| *e == endpoint).map(|(_, a)| a);
+        let (healthy, version, leader, problem) = match answer {
+            Some(Ok((h, s))) => (
+                h.iter().all(|x| x.healthy) && !h.is_empty(),
+                s.first().and_then(|s| Version::parse(&s.version)),
+                s.first().is_some_and(|s| s.leader == m.id),
+                h.iter().find_map(|x| x.error.clone()),
+            ),
+            Some(Err(e)) => (false, None, false, Some(e.to_string())),
+            None => (false, None, false, Some("no client URL".into())),
+        };
+        view.push(MemberView {
+            name: if m.name.is_empty() {
+                m.id.to_string()
+            } else {
+                m.name.clone()
+            },
+            endpoint,
+            version,
+            healthy: healthy && !m.is_learner,
+            is_leader: leader,
+            is_self: m.id == own_id || m.peer_urls.iter().any(|u| node.is_own_peer_url(u)),
+            problem: if m.is_learner {
+                Some("a learner".into())
+            } else {
+                problem
+            },
+        });
+    }
+    Ok(view)
+}
+
+fn versions_of(view: &[MemberView]) -> Vec<String> {
+    view.iter()
+        .map(|m| {
+            format!(
+                "{}={}",
+                m.name,
+                m.version.map_or_else(|| "?".to_string(), |v| v.to_string())
+            )
+        })
+        .collect()
+}
+
+/// `move-leader` to another healthy member.
+fn hand_leadership_away(client: &Client, view: &[MemberView]) -> Result<(), Failure> {
+    let list = client
+        .member_list()
+        .map_err(|e| Failure::new(ReasonCode::UpgradeUnhealthy, format!("member list: {e}")))?;
+    let Some(to) = view.iter().find(|m| !m.is_self && m.healthy).and_then(|m| {
+        list.members
+            .iter()
+            .find(|x| x.client_urls.first() == Some(&m.endpoint))
+    }) else {
+        return Ok(());
+    };
+    client.move_leader(to.id).map_err(|e| {
+        Failure::new(
+            ReasonCode::UpgradeUnhealthy,
+            format!(
+                "cannot hand leadership to {} before the upgrade: {e}",
+                to.name
+            ),
+        )
+    })
+}
+
+/// How etcd is stopped and started: systemd on a node, a child process in host tests.
+pub trait Service {
+    /// Stops etcd and waits until it stopped.
+    fn stop(&self) -> Result<(), Failure>;
+    /// Starts etcd and waits for the start to end (not for health).
+    fn start(&self) -> Result<(), Failure>;
+}
+
+/// etcd.service through systemd.
+pub struct SystemdService {
+    sd: Systemd,
+    start_timeout: Duration,
+}
+
+impl SystemdService {
+    /// Connects to systemd.
+    pub fn connect(start_timeout: Duration) -> Result<SystemdService, Failure> {
+        Ok(SystemdService {
+            sd: Systemd::connect()?,
+            start_timeout,
+        })
+    }
+}
+
+impl Service for SystemdService {
+    fn stop(&self) -> Result<(), Failure> {
+        self.sd.stop(ETCD_UNIT, Duration::from_secs(60))
+    }
+
+    fn start(&self) -> Result<(), Failure> {
+        self.sd.reset_failed(ETCD_UNIT)?;
+        match self
+            .sd
+            .start(ETCD_UNIT, self.start_timeout + Duration::from_secs(30))?
+        {
+            JobResult::Done => Ok(()),
+            other => {
+                let state = self.sd.unit_state(ETCD_UNIT).unwrap_or_default();
+                let journal = systemd::journal_tail(ETCD_UNIT, 15);
+                Err(
+                    systemd::start_failure(ETCD_UNIT, &other, &state, &journal).unwrap_or_else(
+                        || {
+                            Failure::new(
+                                ReasonCode::EtcdStartFailed,
+                                format!("etcd.service start ended with {other:?}"),
+                            )
+                        },
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// The swap itself: stop, keep the old binaries, install the new ones, start, confirm
+/// `new` healthy within `wait`; else put `old` back, start and confirm it, and fail with
+/// `upgrade-rolled-back` (or `upgrade-rollback-failed` when the old one does not come up
+/// either). `phase` is told each step's name.
+#[allow(clippy::too_many_arguments)]
+pub fn swap(
+    service: &dyn Service,
+    release: &crate::road::archive::Extracted,
+    install_dir: &Path,
+    metrics: SocketAddr,
+    new: Version,
+    old: Version,
+    wait: Duration,
+    phase: &mut dyn FnMut(&str),
+) -> Result<(), Failure> {
+    service.stop()?;
+    // etcd is down from here: every way out starts it again.
+    if let Err(f) = beside::keep_previous(install_dir) {
+        // Nothing was replaced yet (an older keep, if any, is not this release).
+        let _ = service.start();
+        return Err(f);
+    }
+    if let Err(f) = install::install_binaries(release, install_dir) {
+        // Some binaries may be new already: the kept ones go back first.
+        let back = beside::rollback(install_dir);
+        let _ = service.start();
+        return Err(match back {
+            Ok(()) => f,
+            Err(b) => Failure::new(
+                ReasonCode::UpgradeRollbackFailed,
+                format!(
+                    "{}; and putting the old binaries back failed: {}",
+                    f.headline(),
+                    b.headline()
+                ),
+            ),
+        });
+    }
+    phase("restarting");
+    let stopped_at = Instant::now();
+    let up = service.start().and_then(|()| {
+        phase("confirming");
+        confirm(metrics, new, wait)
+    });
+    let why = match up {
+        Ok(()) => {
+            eprintln!(
+                "etcd-setup upgrade: etcd {new} healthy {} ms after its start",
+                stopped_at.elapsed().as_millis()
+            );
+            return Ok(());
+        }
+        Err(f) => f,
+    };
+    phase("rolling-back");
+    let _ = service.stop();
+    beside::rollback(install_dir)?;
+    let back = service.start().and_then(|()| confirm(metrics, old, wait));
+    phase("rolled-back");
+    match back {
+        Ok(()) => Err(Failure::new(
+            ReasonCode::UpgradeRolledBack,
+            format!(
+                "etcd {new} did not come up ({}); etcd {old} was put back and runs healthy",
+                why.headline()
+            ),
+        )),
+        Err(again) => Err(Failure::new(
+            ReasonCode::UpgradeRollbackFailed,
+            format!(
+                "etcd {new} did not come up ({}), and etcd {old} put back did not either: {}",
+                why.headline(),
+                again.headline()
+            ),
+        )),
+    }
+}
+
+/// Waits up to `wait` until `/health` answers healthy and `/metrics` names `version`.
+pub fn confirm(metrics: SocketAddr, version: Version, wait: Duration) -> Result<(), Failure> {
+    let end = Instant::now() + wait;
+    loop {
+        let health = health::check(metrics, Duration::from_secs(2));
+        let last = if health == Health::Healthy {
+            match health::server_version(metrics, Duration::from_secs(2)) {
+                Ok(v) if Version::parse(&v) == Some(version) => return Ok(()),
+                Ok(v) => format!("it runs {v}, not {version}"),
+                Err(e) => e,
+            }
+        } else {
+            format!("{health:?}")
+        };
+        if Instant::now() >= end {
+            return Err(Failure::new(
+                ReasonCode::EtcdUnhealthy,
+                format!(
+                    "etcd {version} was not healthy at http://{metrics} within {} s: {last}",
+                    wait.as_secs()
+                ),
+            ));
+        }
+        // etcd's health has no event to await: ask again shortly.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,210 @@
+//! The archive pass: validates the etcd release tarball and extracts it into a private
+//! staging folder, in one streaming pass over the compressed bytes.
+//!
+//! The road of every byte, read once: input → SHA-256 → strict gunzip (one member, CRC-32
+//! and length trailer, nothing after it, ratio watched) → tar walk (ustar, GNU, PAX) →
+//! policy → files in the staging folder, the etcd binaries' ELF headers checked on the way.
+//!
+//! When several things are wrong, the verdict is the one an operator should act on first:
+//! 1. `archive-corrupt` for a damaged gzip stream (and `iso-unreadable` when the input cannot
+//!    be read): whatever else the garbage seemed to say cannot be trusted. So after the walk
+//!    refuses an entry, the rest of the stream is still inflated (not written) to learn this.
+//! 2. `digest-mismatch`: it is not the file the operator pinned.
+//! 3. the first rule the walk found broken, in stream order.
+//!
+//! On any failure the staging folder is removed (a drop guard, so a panic removes it too)
+//! and nothing was written anywhere else.
+
+mod gzip;
+mod names;
+mod staging;
+mod tar;
+mod tree;
+
+pub use staging::{fsync_tree, remove_stale_staging, Staging, STAGING_PREFIX};
+
+use crate::reason::{Failure, ReasonCode};
+use crate::road::elf::Machine;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// Caps that stop an oversized or hostile archive early.
+///
+/// The defaults leave wide headroom over real releases. etcd 3.5.x for linux-amd64 is about
+/// 20 MB compressed, 60 MB unpacked (the largest file, `etcd`, about 24 MB) in about 30
+/// entries with `Documentation/`, and compresses about 3:1:
+/// - 4096 entries: over 100 times a release;
+/// - 256 MiB per file: ten times today's largest binary;
+/// - 512 MiB in all: eight times a release, still well within a node's disk;
+/// - ratio 20:1: over six times what Go binaries reach; a zero-filled bomb goes beyond
+///   1000:1. The ratio applies past the first MiB unpacked, where a release's headers and
+///   text files sit and compress better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most folders and regular files created (metadata headers not counted, parent folders
+    /// the archive did not list counted).
+    pub max_entries: u64,
+    /// Largest regular file, in bytes.
+    pub max_file_size: u64,
+    /// Most bytes of regular files in all.
+    pub max_total_size: u64,
+    /// Most unpacked bytes per compressed byte, checked continuously.
+    pub max_ratio: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_entries: 4096,
+            max_file_size: 256 << 20,
+            max_total_size: 512 << 20,
+            max_ratio: 20,
+        }
+    }
+}
+
+/// What an archive must satisfy beyond being a well-formed etcd release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Size caps.
+    pub limits: Limits,
+    /// The SHA-256 the compressed archive must have, when pinned.
+    pub sha256: Option<[u8; 32]>,
+    /// The machine the binaries must run on; by default this host.
+    pub machine: Machine,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            limits: Limits::default(),
+            sha256: None,
+            machine: Machine::host(),
+        }
+    }
+}
+
+/// A release that passed every check, extracted into its staging folder.
+#[derive(Debug)]
+pub struct Extracted {
+    /// The staging folder; holds exactly the top folder. Removed when dropped.
+    pub staging: Staging,
+    /// The top folder's name, e.g. `etcd-v3.5.1-linux-amd64`.
+    pub top: String,
+    /// The etcd version the top folder names, e.g. `3.5.1`.
+    pub version: String,
+    /// The architecture the top folder names, e.g. `amd64`.
+    pub arch: String,
+    /// SHA-256 of the compressed archive.
+    pub sha256: [u8; 32],
+    /// Size of the compressed archive.
+    pub compressed_bytes: u64,
+    /// Bytes of regular files extracted.
+    pub unpacked_bytes: u64,
+    /// Folders and regular files created, parent folders the archive did not list included.
+    pub entries: u64,
+    /// Whether the release carries `etcdutl` (3.5 and later do).
+    pub has_etcdutl: bool,
+}
+
+impl Extracted {
+    /// The archive's SHA-256 in lowercase hex, as `sha256sum` prints it.
+    pub fn sha256_hex(&self) -> String {
+        hex(&self.sha256)
+    }
+
+    /// The folder holding `etcd`, `etcdctl` and `etcdutl`: the staging folder's top folder.
+    pub fn bin_dir(&self) -> PathBuf {
+        self.staging.path().join(&self.top)
+    }
+}
+
+/// Validates the gzip-compressed etcd release read from `input` and extracts it into a new
+/// staging folder under `staging_parent`, in one pass. `source_name` is what messages call
+/// the archive, e.g. `/dev/sr0:etcd/etcd-linux-amd64.tar.gz`.
+///
+/// Every failure carries its reason code and one sentence naming the entry or limit.
+pub fn extract(
+    input: impl Read,
+    source_name: &str,
+    staging_parent: &Path,
+    policy: &Policy,
+) -> Result<Extracted, Failure> {
+    let mut gz = gzip::Gunzip::new(input, source_name, policy.limits.max_ratio)?;
+    let staging = Staging::create(staging_parent)?;
+    let limits = &policy.limits;
+    let mut tree = tree::Tree::new(
+        staging.path(),
+        source_name,
+        policy.machine,
+        limits.max_entries,
+    );
+    let walked = tar::walk(&mut gz, &mut tree, limits, source_name)
+        .and_then(|unpacked| Ok((unpacked, tree.finish()?)))
+        .map_err(|found| match gz.drain() {
+            Err(damaged) if damaged.code != ReasonCode::ArchiveTooLarge => {
+                damaged.with_source(found)
+            }
+            _ => found,
+        });
+    if let (Some((digest, _)), Some(pinned)) = (gz.digest(), policy.sha256) {
+        if digest != pinned {
+            return Err(Failure::new(
+                ReasonCode::DigestMismatch,
+                format!(
+                    "{source_name} has SHA-256 {}, not the pinned {}; the ISO holds another \
+                     etcd release or a damaged copy",
+                    hex(&digest),
+                    hex(&pinned)
+                ),
+            ));
+        }
+    }
+    let (unpacked_bytes, top) = walked?;
+    let Some((sha256, compressed_bytes)) = gz.digest() else {
+        return Err(Failure::new(
+            ReasonCode::InternalError,
+            format!("{source_name}: the tar walk ended before the gzip stream did"),
+        ));
+    };
+    Ok(Extracted {
+        staging,
+        top: top.name,
+        version: top.version,
+        arch: top.arch,
+        sha256,
+        compressed_bytes,
+        unpacked_bytes,
+        entries: top.entries,
+        has_etcdutl: top.has_etcdutl,
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn corrupt(message: String) -> Failure {
+    Failure::new(ReasonCode::ArchiveCorrupt, message)
+}
+
+fn too_large(message: String) -> Failure {
+    Failure::new(ReasonCode::ArchiveTooLarge, message)
+}
+
+fn binary_missing(message: String) -> Failure {
+    Failure::new(ReasonCode::BinaryMissing, message)
+}
+
+/// `archive-unsafe: <archive>: entry "<name>" <why>`.
+fn unsafe_entry(archive: &str, shown: &str, why: &str) -> Failure {
+    Failure::new(
+        ReasonCode::ArchiveUnsafe,
+        format!("{archive}: entry {shown} {why}"),
+    )
+}
+
+/// The input could not be read: the disc or image, not the archive, is at fault.
+fn read_failure(archive: &str, err: io::Error) -> Failure {
+    Failure::iso_unreadable(archive, err)
+}

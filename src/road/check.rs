@@ -1,0 +1,178 @@
+//! `etcd-setup check`: the archive pass run offline on ISO images, CD-ROM devices and
+//! tarballs, for operators vetting an ISO before they register it. Each path is staged in
+//! a private temporary folder that is removed again, also when the check is stopped by
+//! SIGINT, SIGTERM or SIGHUP (a thread of its own takes them, removes the folder and ends
+//! the process by the same signal); the result is printed as text or as one JSON
+//! document. Text from the disc (its label, the names on it) is printed through
+//! [`printable::line`]: it cannot forge a second line; JSON keeps the exact values.
+
+use crate::cli::{CheckArgs, Format};
+use crate::reason::Failure;
+use crate::road::archive::{Policy, Staging};
+use crate::road::source::{self, Kind, Validated};
+use crate::{exit, shared::advisory, shared::output, shared::printable};
+use std::path::Path;
+
+/// `etcd-setup check`: the archive pass on each PATH, staged in a private temporary folder
+/// that is removed again.
+pub fn command(args: &CheckArgs) -> u8 {
+    let policy = Policy {
+        sha256: args.sha256,
+        ..Policy::default()
+    };
+    let tmp = std::env::temp_dir();
+    let signals = stop_signals();
+    if let Err(e) = signals.thread_block() {
+        eprintln!("etcd-setup check: cannot block signals: {e}");
+    }
+    // The private folder every path is staged in; one folder to remove on a signal.
+    let private = match Staging::create(&tmp) {
+        Ok(s) => s,
+        Err(f) => {
+            output::print(&format!("{}\n", printable::line(&f.headline())));
+            return exit::check::FAILED;
+        }
+    };
+    remove_on_signal(signals, private.path().to_path_buf());
+    let mut results = Vec::new();
+    let mut all_ok = true;
+    for path in &args.paths {
+        let outcome = source::validate_path(path, &args.archive_path, private.path(), &policy);
+        all_ok &= outcome.is_ok();
+        match args.format {
+            Format::Text => output::print(&check_text(path, &outcome)),
+            Format::Json => results.push(check_json(path, &outcome)),
+        }
+    }
+    if args.format == Format::Json {
+        let doc = serde_json::json!({ "schema_version": 1, "results": results });
+        output::print(&format!("{doc:#}\n"));
+    }
+    drop(private);
+    if all_ok {
+        exit::check::OK
+    } else {
+        exit::check::FAILED
+    }
+}
+
+fn stop_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(sig);
+    }
+    signals
+}
+
+/// A thread that waits for one of `signals` (blocked in every thread), removes `folder`
+/// and ends the process by that signal, as if it had not been caught.
+fn remove_on_signal(signals: nix::sys::signal::SigSet, folder: std::path::PathBuf) {
+    use nix::sys::signal::{raise, signal, SigHandler};
+    let spawned = std::thread::Builder::new()
+        .name("check-signals".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let Ok(sig) = signals.wait() else { return };
+            // The main thread may still be writing into it: try until it is gone.
+            for _ in 0..20 {
+                match std::fs::remove_dir_all(&folder) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => continue,
+                    _ => break,
+                }
+            }
+            // SAFETY: restores the default action; no handler of ours is replaced.
+            let _ = unsafe { signal(sig, SigHandler::SigDfl) };
+            let mut only = nix::sys::signal::SigSet::empty();
+            only.add(sig);
+            let _ = only.thread_unblock();
+            let _ = raise(sig);
+            std::process::exit(128 + sig as i32);
+        });
+    if let Err(e) = spawned {
+        eprintln!("etcd-setup check: cannot start the signal thread: {e}");
+    }
+}
+
+fn check_text(path: &Path, outcome: &Result<Validated, Failure>) -> String {
+    let shown = printable::path(path);
+    match outcome {
+        Ok(v) => {
+            let x = &v.extracted;
+            let from = match &v.kind {
+                Kind::Iso { label, naming } => {
+                    format!("ISO label {} ({naming} names)", printable::line(label))
+                }
+                Kind::Tarball => "tarball".to_string(),
+            };
+            let mut text = format!(
+                "{shown}: ok: etcd {} linux-{}{} from {from}; sha256 {}; {} bytes compressed, {} \
+                 unpacked, {} entries\n",
+                printable::line(&x.version),
+                printable::line(&x.arch),
+                if x.has_etcdutl { " with etcdutl" } else { "" },
+                x.sha256_hex(),
+                x.compressed_bytes,
+                x.unpacked_bytes,
+                x.entries
+            );
+            // A known-bad release is still a valid one: a warning, the exit code stays.
+            for line in advisory::lines(&x.version) {
+                text.push_str(&format!("{shown}: warning: {}\n", printable::line(&line)));
+            }
+            text
+        }
+        Err(f) => {
+            let mut text = format!("{shown}: FAILED: {}\n", printable::line(&f.headline()));
+            if let Some(source) = &f.source {
+                let detail = format!("{source:#}");
+                if !f.message.contains(&detail) {
+                    text.push_str(&format!("    {}\n", printable::line(&detail)));
+                }
+            }
+            text
+        }
+    }
+}
+
+fn check_json(path: &Path, outcome: &Result<Validated, Failure>) -> serde_json::Value {
+    match outcome {
+        Ok(v) => {
+            let x = &v.extracted;
+            let (kind, label, naming) = match &v.kind {
+                Kind::Iso { label, naming } => ("iso", Some(label.as_str()), Some(naming.as_str())),
+                Kind::Tarball => ("tarball", None, None),
+            };
+            serde_json::json!({
+                "path": path.display().to_string(),
+                "verdict": "ok",
+                "kind": kind,
+                "label": label,
+                "naming": naming,
+                "etcd_version": x.version,
+                "arch": x.arch,
+                "has_etcdutl": x.has_etcdutl,
+                "sha256": x.sha256_hex(),
+                "compressed_bytes": x.compressed_bytes,
+                "unpacked_bytes": x.unpacked_bytes,
+                "entries": x.entries,
+                "advisories": advisory::for_version(&x.version).iter().map(|a| advisory_json(a)).collect::<Vec<_>>(),
+                "reason": null,
+            })
+        }
+        Err(f) => serde_json::json!({
+            "path": path.display().to_string(),
+            "verdict": "failed",
+            "reason": {
+                "code": f.code,
+                "message": f.message,
+                "detail": f.source.as_ref().map(|s| format!("{s:#}")),
+            },
+        }),
+    }
+}
+
+/// An advisory as `check` and `status` JSON show it.
+pub fn advisory_json(a: &advisory::Advisory) -> serde_json::Value {
+    serde_json::json!({ "id": a.id, "summary": a.summary, "source": a.source })
+}

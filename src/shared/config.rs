@@ -1,0 +1,221 @@
+//! The node's configuration: a TOML file read into validated, typed [`Settings`].
+//!
+//! Three stages, as zincati does it: the file is parsed into raw structs whose every field
+//! is optional and untyped ([`toml::Value`]), then each key is checked and converted, then
+//! the keys are checked against each other. Nothing downstream re-checks a raw string: a
+//! [`Settings`] value is valid by construction.
+//!
+//! Every problem is `config-invalid` with one sentence naming the file and the key, e.g.
+//! `config-invalid: /etc/etcd-setup/config.toml: etcd.initial_cluster: "n1=10.0.0.1:2380"
+//! is not NAME=URL (http or https)`. A missing file is an error too, not a set of defaults:
+//! a node without its configuration cannot know its name or its peers.
+//!
+//! The failure file's path and owner come from this file as well, yet a reason must be
+//! written even when the file is bad: [`failure_target`] reads just those two keys, best
+//! effort, and falls back to the defaults.
+//!
+//! The format, every key set (the unit tests parse this very text, [`EXAMPLE`]):
+//!
+#![doc = concat!("```toml\n", include_str!("config.example.toml"), "```")]
+
+use crate::reason::Failure;
+use crate::road::archive;
+use crate::road::source::DEFAULT_ARCHIVE_PATH;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Value;
+
+mod cluster;
+mod raw;
+mod upkeep;
+mod values;
+
+use raw::{read_text, scan_report_section, toml_failure, RawFile};
+pub use upkeep::{
+    MaintainSettings, Prune, SnapshotSettings, Upkeep, DEFAULT_QUOTA, DEFAULT_SNAPSHOT_DIR,
+};
+use values::Checker;
+pub use values::{parse_duration, parse_sha256, parse_size, scheme, url_host};
+
+/// Where the configuration lives unless `--config` says otherwise.
+pub const DEFAULT_PATH: &str = "/etc/etcd-setup/config.toml";
+/// The failure file the platform reads when `[report] failure_file` is not set.
+pub const DEFAULT_FAILURE_FILE: &str = "/home/cloud/etcd-setup-failed";
+/// The user owning the failure file when `[report] owner` is not set.
+pub const DEFAULT_FAILURE_OWNER: &str = "cloud";
+/// The group allowed to query status when `[report] status_group` is not set.
+pub const DEFAULT_STATUS_GROUP: &str = "cloud";
+/// `etcd.metrics_port` when not given: etcd's `/metrics` and `/health` on loopback.
+pub const DEFAULT_METRICS_PORT: u16 = 2381;
+/// A complete configuration file with every key set, as documented above.
+pub const EXAMPLE: &str = include_str!("config.example.toml");
+
+/// The longest `iso.wait` and `etcd.start_timeout`.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// The longest `etcd.settle`.
+const MAX_SETTLE: Duration = Duration::from_secs(3600);
+/// The longest member name, and cluster token.
+const MAX_NAME: usize = 63;
+const MAX_TOKEN: usize = 128;
+/// The longest user or group name.
+pub(crate) const MAX_USER: usize = 32;
+/// The largest configuration file read; real ones are about 1 KiB.
+const MAX_FILE: u64 = 1 << 20;
+
+/// Whether the members bootstrap a new cluster or this one joins a running cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterState {
+    /// `--initial-cluster-state=new`: all members of `initial_cluster` start together.
+    New,
+    /// `--initial-cluster-state=existing`: this member joins a cluster that runs already.
+    Existing,
+}
+
+impl ClusterState {
+    /// The value of etcd's `--initial-cluster-state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterState::New => "new",
+            ClusterState::Existing => "existing",
+        }
+    }
+}
+
+impl fmt::Display for ClusterState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The three files of one side of TLS (client or peer traffic).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate etcd presents.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The CA bundle the other end's certificate must chain to (client-cert auth is on).
+    pub trusted_ca: PathBuf,
+}
+
+/// TLS for etcd's client and peer traffic; a side that is `None` is plain http.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tls {
+    /// `--cert-file`, `--key-file`, `--trusted-ca-file` (and `--client-cert-auth`).
+    pub client: Option<TlsFiles>,
+    /// `--peer-cert-file`, `--peer-key-file`, `--peer-trusted-ca-file` (and
+    /// `--peer-client-cert-auth`).
+    pub peer: Option<TlsFiles>,
+}
+
+/// The validated configuration of one etcd node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `node.name`: this member's etcd name.
+    pub node_name: String,
+    /// `node.ip`: the address etcd listens on and advertises.
+    pub node_ip: IpAddr,
+    /// `etcd.initial_cluster`: every member as (name, peer URL), in the file's order.
+    pub initial_cluster: Vec<(String, String)>,
+    /// `etcd.cluster_token`.
+    pub cluster_token: String,
+    /// `etcd.cluster_state`.
+    pub cluster_state: ClusterState,
+    /// `etcd.data_dir`.
+    pub data_dir: PathBuf,
+    /// `etcd.client_port`.
+    pub client_port: u16,
+    /// `etcd.peer_port`.
+    pub peer_port: u16,
+    /// `etcd.metrics_port`: `/metrics` and `/health` on 127.0.0.1, for the health check.
+    pub metrics_port: u16,
+    /// `etcd.start_timeout`: systemd's `TimeoutStartSec` for etcd.
+    pub start_timeout: Duration,
+    /// `etcd.settle`: how long etcd's restart count must stay steady after the start.
+    pub settle: Duration,
+    /// `iso.archive_path`: the tarball's path inside the ISO, `/`-separated, relative.
+    pub archive_path: String,
+    /// `iso.sha256`: the pinned digest of the tarball.
+    pub sha256: Option<[u8; 32]>,
+    /// `iso.wait`: how long to wait for the ISO.
+    pub iso_wait: Duration,
+    /// `iso.eject`: eject the disc when done.
+    pub eject: bool,
+    /// `iso.refuse_known_bad`: refuse a release with a data-safety advisory
+    /// ([`crate::shared::advisory`]) instead of installing it with a warning.
+    pub refuse_known_bad: bool,
+    /// `install.dir`: where the etcd binaries go.
+    pub install_dir: PathBuf,
+    /// `report.failure_file`.
+    pub failure_file: PathBuf,
+    /// `report.owner`: the user owning the failure file (resolved when it is written).
+    pub failure_owner: String,
+    /// `report.status_group`: the group allowed to query status (resolved by the server).
+    pub status_group: String,
+    /// `[tls]`.
+    pub tls: Tls,
+    /// `[limits]`: caps on the tarball.
+    pub limits: archive::Limits,
+    /// Day 2: the quota, the Prometheus listener, `[snapshot]` and `[maintain]`.
+    pub upkeep: Upkeep,
+}
+
+impl Settings {
+    /// What the archive pass must enforce: the configured caps and pinned digest, for this
+    /// machine's architecture.
+    pub fn policy(&self) -> archive::Policy {
+        archive::Policy {
+            limits: self.limits,
+            sha256: self.sha256,
+            ..archive::Policy::default()
+        }
+    }
+}
+
+/// Reads and validates the configuration file at `path`.
+pub fn load(path: &Path) -> Result<Settings, Failure> {
+    let text = read_text(path)?;
+    parse(&text, path)
+}
+
+/// Validates configuration `text`; `path` names the file in messages.
+pub fn parse(text: &str, path: &Path) -> Result<Settings, Failure> {
+    let raw: RawFile = toml::from_str(text).map_err(|e| toml_failure(&e, text, path))?;
+    Checker { path }.settings(raw)
+}
+
+/// Where to write the failure file and who owns it, read best effort from the file at
+/// `path` even when the rest of it is invalid; the defaults for whatever cannot be read.
+pub fn failure_target(path: &Path) -> (PathBuf, String) {
+    let mut file = PathBuf::from(DEFAULT_FAILURE_FILE);
+    let mut owner = DEFAULT_FAILURE_OWNER.to_string();
+    let Ok(text) = read_text(path) else {
+        return (file, owner);
+    };
+    let (raw_file, raw_owner) = match text.parse::<toml::Table>() {
+        Ok(table) => {
+            let report = table.get("report").and_then(Value::as_table);
+            let get = |key: &str| {
+                report
+                    .and_then(|r| r.get(key))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
+            (get("failure_file"), get("owner"))
+        }
+        Err(_) => scan_report_section(&text),
+    };
+    let check = Checker { path };
+    if let Some(p) = raw_file.and_then(|s| check.file_path("report.failure_file", &s).ok()) {
+        file = p;
+    }
+    if let Some(o) = raw_owner.filter(|o| check.user("report.owner", o).is_ok()) {
+        owner = o;
+    }
+    (file, owner)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,659 @@
+//! etcd's systemd unit and environment file, rendered from the node's settings.
+//!
+//! Pure text in, text out: the caller writes the results atomically to [`UNIT_FILE`] and
+//! [`ENV_FILE`]. etcd reads its whole configuration from `ETCD_*` variables, so the unit
+//! carries no per-node flags and only the environment file changes between nodes. The
+//! unit is the commented template `packaging/etcd.service.in`.
+//!
+//! Rendering cannot fail: [`Settings`] is valid by construction, and every rule that
+//! keeps these files meaning what was intended (characters systemd takes literally in a
+//! path, no newline inside a value, no file where the sandbox hides it, a start timeout
+//! of at least a second) is checked by `config`, before the run waits for anything.
+
+use crate::shared::config::{scheme, url_host, ClusterState, Settings, TlsFiles};
+
+/// etcd's unit.
+pub const ETCD_UNIT: &str = "etcd.service";
+
+/// Where the rendered unit goes.
+pub const UNIT_FILE: &str = "/etc/systemd/system/etcd.service";
+
+/// Where the rendered environment file goes; the unit's `EnvironmentFile=`. systemd reads
+/// it as root before dropping to the etcd user, so it can be 0600 root (it holds the
+/// cluster token).
+pub const ENV_FILE: &str = "/etc/etcd-setup/etcd.env";
+
+/// The system user and group etcd runs as. The image (or the caller) creates them.
+pub const ETCD_USER: &str = "etcd";
+
+/// The folders the unit's sandbox hides from etcd (`ProtectHome=`, `PrivateTmp=`): no
+/// data dir, binary or TLS file may lie below them. `config` enforces it.
+pub const HIDDEN_FROM_ETCD: [&str; 5] = ["/home", "/root", "/run/user", "/tmp", "/var/tmp"];
+
+/// The template, with its header comment.
+const TEMPLATE: &str = include_str!("../../packaging/etcd.service.in");
+
+/// Renders `etcd.service` for [`UNIT_FILE`] from the template.
+pub fn render_unit(s: &Settings) -> String {
+    let data_dir = s.data_dir.display().to_string();
+    let user = ETCD_USER;
+    let members = s.initial_cluster.len();
+    let start_comment = if members > 1 && s.cluster_state == ClusterState::New {
+        format!(
+            "\
+# This member starts a new cluster of {members}: etcd sends READY=1 only once a quorum
+# has joined, so the first member booted waits for the others. The timeout covers
+# the slowest of them booting, finding its ISO and starting etcd; if it still runs out,
+# systemd kills etcd and Restart= starts it again."
+        )
+    } else {
+        "# etcd sends READY=1 once it serves clients; a lone or joining member is quick.".into()
+    };
+    let tls = match (&s.tls.client, &s.tls.peer) {
+        (None, None) => "off",
+        (Some(_), None) => "on for clients",
+        (None, Some(_)) => "on for peers",
+        (Some(_), Some(_)) => "on for clients and peers",
+    };
+    let data_dir_setup = match data_dir.strip_prefix("/var/lib/") {
+        Some(state_dir) => format!(
+            "\
+# systemd creates {data_dir} before etcd starts, mode 0700 and owned by {user}
+# (an existing one is chowned to {user}), and keeps it writable under ProtectSystem=.
+StateDirectory={state_dir}
+StateDirectoryMode=0700"
+        ),
+        None => format!(
+            "\
+# The data dir lies outside /var/lib, where StateDirectory= cannot manage it: create
+# it 0700 and owned by {user}, as root (\"+\": outside the sandbox), before every start.
+# Files already inside keep their owner.
+ExecStartPre=+/usr/bin/install -d -m 0700 -o {user} -g {user} {data_dir}"
+        ),
+    };
+    let body = TEMPLATE
+        .split_once("\n\n")
+        .map_or(TEMPLATE, |(_header, body)| body);
+    let values = [
+        ("{{VERSION}}", crate::VERSION.to_string()),
+        ("{{ENV_FILE}}", ENV_FILE.to_string()),
+        ("{{INSTALL_DIR}}", s.install_dir.display().to_string()),
+        ("{{START_COMMENT}}", start_comment),
+        ("{{TIMEOUT}}", s.start_timeout.as_secs().to_string()),
+        ("{{TLS}}", tls.to_string()),
+        ("{{USER}}", user.to_string()),
+        ("{{DATA_DIR_SETUP}}", data_dir_setup),
+        ("{{DATA_DIR}}", data_dir),
+    ];
+    values.iter().fold(body.to_string(), |text, (name, value)| {
+        text.replace(name, value)
+    })
+}
+
+/// How this member starts: the members it knows of and whether it bootstraps a new
+/// cluster or joins a running one. From the configuration, unless a join decided
+/// otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// etcd's `--initial-cluster`: `name=url` pairs joined by commas.
+    pub initial_cluster: String,
+    /// etcd's `--initial-cluster-state`.
+    pub state: ClusterState,
+}
+
+impl Membership {
+    /// The configuration's `initial_cluster` and `cluster_state`.
+    pub fn configured(s: &Settings) -> Membership {
+        Membership {
+            initial_cluster: s
+                .initial_cluster
+                .iter()
+                .map(|(name, url)| format!("{name}={url}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            state: s.cluster_state,
+        }
+    }
+}
+
+/// This member's peer URL, as etcd advertises it (`--initial-advertise-peer-urls`): the
+/// node IP with the peer port, https with peer TLS.
+pub fn peer_url(s: &Settings) -> String {
+    format!(
+        "{}://{}:{}",
+        scheme(s.tls.peer.is_some()),
+        url_host(s.node_ip),
+        s.peer_port
+    )
+}
+
+/// This member's client URL, as etcd advertises it (`--advertise-client-urls`).
+pub fn client_url(s: &Settings) -> String {
+    format!(
+        "{}://{}:{}",
+        scheme(s.tls.client.is_some()),
+        url_host(s.node_ip),
+        s.client_port
+    )
+}
+
+/// Renders the environment file for [`ENV_FILE`]: one `ETCD_*=value` line per setting
+/// etcd reads, every value double-quoted for systemd's `EnvironmentFile=` syntax (which a
+/// POSIX shell reads the same way).
+pub fn render_env(s: &Settings, membership: &Membership) -> String {
+    let host = url_host(s.node_ip);
+    let peer_url = format!("{}://{host}:{}", scheme(s.tls.peer.is_some()), s.peer_port);
+    let client_url = format!(
+        "{}://{host}:{}",
+        scheme(s.tls.client.is_some()),
+        s.client_port
+    );
+    // Loopback takes the client side's scheme too: a plain http listener beside a TLS one
+    // would let any local process past client-certificate authentication.
+    let loopback = format!(
+        "{}://127.0.0.1:{}",
+        scheme(s.tls.client.is_some()),
+        s.client_port
+    );
+    let listen_clients = if client_url == loopback {
+        client_url.clone()
+    } else {
+        format!("{client_url},{loopback}")
+    };
+    let mut vars: Vec<(&str, String)> = vec![
+        ("ETCD_NAME", s.node_name.clone()),
+        ("ETCD_DATA_DIR", s.data_dir.display().to_string()),
+        ("ETCD_INITIAL_CLUSTER", membership.initial_cluster.clone()),
+        ("ETCD_INITIAL_CLUSTER_TOKEN", s.cluster_token.clone()),
+        (
+            "ETCD_INITIAL_CLUSTER_STATE",
+            membership.state.as_str().to_string(),
+        ),
+        ("ETCD_LISTEN_CLIENT_URLS", listen_clients),
+        ("ETCD_ADVERTISE_CLIENT_URLS", client_url),
+        ("ETCD_LISTEN_PEER_URLS", peer_url.clone()),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", peer_url),
+        // Always plain http on loopback: the health check asks `/health` there without
+        // certificates.
+        (
+            "ETCD_LISTEN_METRICS_URLS",
+            match s.upkeep.prometheus_port {
+                None => format!("http://127.0.0.1:{}", s.metrics_port),
+                // Prometheus scrapes /metrics on the node IP; still plain http.
+                Some(p) => format!("http://127.0.0.1:{},http://{host}:{p}", s.metrics_port),
+            },
+        ),
+        // The quota written out, etcd's default included: NOSPACE comes at a known size.
+        (
+            "ETCD_QUOTA_BACKEND_BYTES",
+            s.upkeep.quota_backend_bytes.to_string(),
+        ),
+        // Corruption checks: before serving (3.4 and 3.5) and after every compaction
+        // (3.5.5 and later; 3.4.23 and 3.5.1 log "unrecognized environment variable"
+        // and start as usual; tests/upkeep.rs starts each with these lines).
+        ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true".into()),
+        (
+            "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED",
+            "true".into(),
+        ),
+    ];
+    let tls = [
+        (
+            &s.tls.client,
+            [
+                "ETCD_CERT_FILE",
+                "ETCD_KEY_FILE",
+                "ETCD_TRUSTED_CA_FILE",
+                "ETCD_CLIENT_CERT_AUTH",
+            ],
+        ),
+        (
+            &s.tls.peer,
+            [
+                "ETCD_PEER_CERT_FILE",
+                "ETCD_PEER_KEY_FILE",
+                "ETCD_PEER_TRUSTED_CA_FILE",
+                "ETCD_PEER_CLIENT_CERT_AUTH",
+            ],
+        ),
+    ];
+    for (files, [cert, key, ca, auth]) in tls {
+        if let Some(TlsFiles {
+            cert: c,
+            key: k,
+            trusted_ca: a,
+        }) = files
+        {
+            vars.push((cert, c.display().to_string()));
+            vars.push((key, k.display().to_string()));
+            vars.push((ca, a.display().to_string()));
+            vars.push((auth, "true".to_string()));
+        }
+    }
+
+    let mut out = format!(
+        "# etcd's settings, written by etcd-setup {}; read by {UNIT_FILE}.\n\
+         # Rewritten at every run of etcd-setup from its configuration.\n",
+        crate::VERSION
+    );
+    for (key, value) in &vars {
+        out.push_str(&format!("{key}={}\n", quote_env(value)));
+    }
+    out
+}
+
+/// Quotes `value` for a systemd `EnvironmentFile=`: inside double quotes, `\`, `"`, `$`
+/// and `` ` `` are escaped with a backslash and everything else is literal. (`config`
+/// admits no newline, carriage return or NUL into a setting, which that format cannot
+/// hold inside a value.)
+fn quote_env(value: &str) -> String {
+    let mut quoted = String::with_capacity(value.len() + 2);
+    quoted.push('"');
+    for c in value.chars() {
+        if matches!(c, '\\' | '"' | '$' | '`') {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::config;
+    use std::path::Path;
+    use std::process::Command;
+
+    /// Three members, plain http, the defaults; `extra` is TOML merged in by table.
+    fn parse_with(cluster: &str, extra: &str) -> Settings {
+        let mut tables: Vec<(String, String)> = vec![
+            (
+                "node".into(),
+                "name = \"etcd-1\"\nip = \"10.1.1.11\"\n".into(),
+            ),
+            (
+                "etcd".into(),
+                format!("initial_cluster = \"{cluster}\"\ncluster_token = \"cks-cluster-7\"\n"),
+            ),
+        ];
+        let mut current = None;
+        for line in extra.lines() {
+            if let Some(t) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                if !tables.iter().any(|(n, _)| n == t) {
+                    tables.push((t.to_string(), String::new()));
+                }
+                current = Some(t.to_string());
+            } else if let Some(t) = &current {
+                let body = &mut tables.iter_mut().find(|(n, _)| n == t).unwrap().1;
+                body.push_str(line);
+                body.push('\n');
+            }
+        }
+        let text: String = tables
+            .iter()
+            .map(|(n, b)| format!("[{n}]\n{b}\n"))
+            .collect();
+        config::parse(&text, Path::new("/etc/etcd-setup/config.toml"))
+            .unwrap_or_else(|f| panic!("{f}\n{text}"))
+    }
+
+    const HTTP: &str =
+        "etcd-1=http://10.1.1.11:2380,etcd-2=http://10.1.1.12:2380,etcd-3=http://10.1.1.13:2380";
+    const HTTPS: &str =
+        "etcd-1=https://10.1.1.11:2380,etcd-2=https://10.1.1.12:2380,etcd-3=https://10.1.1.13:2380";
+    const TLS: &str = "[tls]
+client_cert = \"/etc/etcd/pki/server.crt\"
+client_key = \"/etc/etcd/pki/server.key\"
+client_trusted_ca = \"/etc/etcd/pki/ca.crt\"
+peer_cert = \"/etc/etcd/pki/peer.crt\"
+peer_key = \"/etc/etcd/pki/peer.key\"
+peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
+";
+
+    fn params() -> Settings {
+        parse_with(HTTP, "")
+    }
+
+    fn params_and(extra: &str) -> Settings {
+        parse_with(HTTP, extra)
+    }
+
+    fn with_tls() -> Settings {
+        parse_with(HTTPS, TLS)
+    }
+
+    fn with_tls_and(extra: &str) -> Settings {
+        parse_with(HTTPS, &format!("{TLS}{extra}"))
+    }
+
+    fn env_of(s: &Settings) -> String {
+        render_env(s, &Membership::configured(s))
+    }
+
+    /// The setting lines of a unit (no comments, no blanks).
+    fn settings(unit: &str) -> Vec<&str> {
+        unit.lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    }
+
+    /// What a POSIX shell reads from the env file, as `KEY=value` lines.
+    fn shell_reads(env: &str, keys: &[&str]) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("etcd.env");
+        std::fs::write(&file, env).unwrap();
+        let script = keys
+            .iter()
+            .map(|k| format!("printf '%s\\0' \"{k}=${k}\";"))
+            .collect::<String>();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(". \"$0\"; {script}"))
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .split_terminator('\0')
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn unit_is_a_hardened_notify_service_with_the_given_start_timeout() {
+        let unit = render_unit(&params());
+        let s = settings(&unit);
+        for line in [
+            "[Unit]",
+            "Wants=network-online.target",
+            "After=network-online.target",
+            "StartLimitIntervalSec=10min",
+            "StartLimitBurst=5",
+            "[Service]",
+            "Type=notify",
+            "EnvironmentFile=/etc/etcd-setup/etcd.env",
+            "ExecStart=/opt/bin/etcd",
+            "Restart=on-failure",
+            "RestartSec=5s",
+            "TimeoutStartSec=900s",
+            "LimitNOFILE=65536",
+            "User=etcd",
+            "Group=etcd",
+            "StateDirectory=etcd",
+            "StateDirectoryMode=0700",
+            "ProtectSystem=strict",
+            "ReadWritePaths=/var/lib/etcd",
+            "ProtectHome=yes",
+            "PrivateTmp=yes",
+            "PrivateDevices=yes",
+            "NoNewPrivileges=yes",
+            "CapabilityBoundingSet=",
+            "ProtectKernelTunables=yes",
+            "ProtectKernelModules=yes",
+            "ProtectControlGroups=yes",
+            "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+            "RestrictNamespaces=yes",
+            "LockPersonality=yes",
+            "MemoryDenyWriteExecute=yes",
+            "SystemCallArchitectures=native",
+            "[Install]",
+            "WantedBy=multi-user.target",
+        ] {
+            assert!(s.contains(&line), "missing {line:?} in\n{unit}");
+        }
+        assert!(!unit.contains("ExecStartPre"), "{unit}");
+        // Every setting is explained: no two setting lines follow a blank line uncommented
+        // at the start of a group.
+        assert!(unit.contains("waits for the others"), "{unit}");
+    }
+
+    #[test]
+    fn unit_for_a_data_dir_outside_var_lib_creates_it_0700_before_start() {
+        let unit = render_unit(&params_and("[etcd]\ndata_dir = \"/srv/etcd/data\""));
+        let s = settings(&unit);
+        assert!(
+            s.contains(&"ExecStartPre=+/usr/bin/install -d -m 0700 -o etcd -g etcd /srv/etcd/data")
+        );
+        assert!(s.contains(&"ReadWritePaths=/srv/etcd/data"));
+        assert!(!s.iter().any(|l| l.starts_with("StateDirectory")), "{unit}");
+    }
+
+    #[test]
+    fn unit_for_a_data_dir_below_var_lib_uses_a_nested_state_directory() {
+        let p = params_and(
+            "[etcd]\ndata_dir = \"/var/lib/etcd/member-data/\"\n[install]\ndir = \"/usr/local/bin/\"",
+        );
+        let s = render_unit(&p);
+        assert!(
+            settings(&s).contains(&"StateDirectory=etcd/member-data"),
+            "{s}"
+        );
+        assert!(
+            settings(&s).contains(&"ExecStart=/usr/local/bin/etcd"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn unit_for_a_lone_member_does_not_talk_about_quorum() {
+        let p = parse_with(
+            "etcd-1=http://10.1.1.11:2380",
+            "[etcd]\nstart_timeout = \"120s\"",
+        );
+        let unit = render_unit(&p);
+        assert!(!unit.contains("quorum"), "{unit}");
+        assert!(settings(&unit).contains(&"TimeoutStartSec=120s"));
+    }
+
+    #[test]
+    fn unit_with_tls_says_the_files_must_be_readable_by_etcd() {
+        let unit = render_unit(&with_tls());
+        assert!(unit.contains("TLS is on for clients and peers"), "{unit}");
+        assert!(unit.contains("must be readable by user etcd"), "{unit}");
+        // TLS changes no setting of the unit: the paths travel in the environment file.
+        assert_eq!(settings(&unit), settings(&render_unit(&params())));
+    }
+
+    #[test]
+    fn env_without_tls_sets_the_cluster_and_no_tls_variables() {
+        let env = env_of(&params());
+        let lines: Vec<&str> = env.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines,
+            [
+                "ETCD_NAME=\"etcd-1\"",
+                "ETCD_DATA_DIR=\"/var/lib/etcd\"",
+                "ETCD_INITIAL_CLUSTER=\"etcd-1=http://10.1.1.11:2380,etcd-2=http://10.1.1.12:2380,etcd-3=http://10.1.1.13:2380\"",
+                "ETCD_INITIAL_CLUSTER_TOKEN=\"cks-cluster-7\"",
+                "ETCD_INITIAL_CLUSTER_STATE=\"new\"",
+                "ETCD_LISTEN_CLIENT_URLS=\"http://10.1.1.11:2379,http://127.0.0.1:2379\"",
+                "ETCD_ADVERTISE_CLIENT_URLS=\"http://10.1.1.11:2379\"",
+                "ETCD_LISTEN_PEER_URLS=\"http://10.1.1.11:2380\"",
+                "ETCD_INITIAL_ADVERTISE_PEER_URLS=\"http://10.1.1.11:2380\"",
+                "ETCD_LISTEN_METRICS_URLS=\"http://127.0.0.1:2381\"",
+                "ETCD_QUOTA_BACKEND_BYTES=\"2147483648\"",
+                "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=\"true\"",
+                "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED=\"true\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn env_sets_the_configured_quota_and_a_prometheus_listener_on_the_node_ip() {
+        let s = params_and("[etcd]\nquota_backend_bytes = \"32MiB\"\nprometheus_port = 9379\n");
+        let env = env_of(&s);
+        assert!(
+            env.lines()
+                .any(|l| l == "ETCD_QUOTA_BACKEND_BYTES=\"33554432\""),
+            "{env}"
+        );
+        assert!(
+            env.lines()
+                .any(|l| l
+                    == "ETCD_LISTEN_METRICS_URLS=\"http://127.0.0.1:2381,http://10.1.1.11:9379\""),
+            "{env}"
+        );
+    }
+
+    #[test]
+    fn env_with_tls_turns_on_mutual_tls_for_clients_and_peers() {
+        let env = env_of(&with_tls());
+        for line in [
+            "ETCD_CERT_FILE=\"/etc/etcd/pki/server.crt\"",
+            "ETCD_KEY_FILE=\"/etc/etcd/pki/server.key\"",
+            "ETCD_TRUSTED_CA_FILE=\"/etc/etcd/pki/ca.crt\"",
+            "ETCD_CLIENT_CERT_AUTH=\"true\"",
+            "ETCD_PEER_CERT_FILE=\"/etc/etcd/pki/peer.crt\"",
+            "ETCD_PEER_KEY_FILE=\"/etc/etcd/pki/peer.key\"",
+            "ETCD_PEER_TRUSTED_CA_FILE=\"/etc/etcd/pki/ca.crt\"",
+            "ETCD_PEER_CLIENT_CERT_AUTH=\"true\"",
+        ] {
+            assert!(env.lines().any(|l| l == line), "missing {line} in\n{env}");
+        }
+        let mut client_only = with_tls();
+        client_only.tls.peer = None;
+        let env = env_of(&client_only);
+        assert!(env.contains("ETCD_CERT_FILE="), "{env}");
+        assert!(!env.contains("ETCD_PEER_"), "{env}");
+    }
+
+    #[test]
+    fn env_values_with_spaces_quotes_dollars_and_backslashes_read_back_unchanged() {
+        let tricky = [
+            "two words",
+            "say \"hi\"",
+            "it's",
+            "$HOME and ${PATH}",
+            "back\\slash\\",
+            "`uname`",
+            " leading and trailing ",
+            "# not a comment",
+            "",
+        ];
+        for value in tricky {
+            // config admits none of these; the quoting still carries them unchanged.
+            let env = format!(
+                "ETCD_NAME={}\nETCD_INITIAL_CLUSTER_TOKEN={}\n",
+                quote_env(value),
+                quote_env(&format!("{value}!"))
+            );
+            let read = shell_reads(&env, &["ETCD_NAME", "ETCD_INITIAL_CLUSTER_TOKEN"]);
+            assert_eq!(
+                read,
+                [
+                    format!("ETCD_NAME={value}"),
+                    format!("ETCD_INITIAL_CLUSTER_TOKEN={value}!")
+                ],
+                "{env}"
+            );
+        }
+    }
+
+    #[test]
+    fn env_of_a_joining_member_carries_the_membership_it_was_given() {
+        let s = params();
+        let joining = Membership {
+            initial_cluster: "etcd-2=http://10.1.1.12:2380,etcd-1=http://10.1.1.11:2380".into(),
+            state: ClusterState::Existing,
+        };
+        let env = render_env(&s, &joining);
+        assert!(env.contains("ETCD_INITIAL_CLUSTER=\"etcd-2=http://10.1.1.12:2380,etcd-1=http://10.1.1.11:2380\"\n"), "{env}");
+        assert!(
+            env.contains("ETCD_INITIAL_CLUSTER_STATE=\"existing\"\n"),
+            "{env}"
+        );
+    }
+
+    #[test]
+    fn ipv6_node_urls_are_bracketed() {
+        let s = config::parse(
+            "[node]\nname = \"a\"\nip = \"fd00::11\"\n[etcd]\ninitial_cluster = \"a=http://[fd00::11]:2380\"\ncluster_token = \"t\"\n",
+            Path::new("/c.toml"),
+        )
+        .unwrap();
+        let env = env_of(&s);
+        assert!(
+            env.contains("ETCD_ADVERTISE_CLIENT_URLS=\"http://[fd00::11]:2379\"\n"),
+            "{env}"
+        );
+        assert!(
+            env.contains("ETCD_LISTEN_PEER_URLS=\"http://[fd00::11]:2380\"\n"),
+            "{env}"
+        );
+    }
+
+    #[test]
+    fn the_template_has_a_header_and_every_placeholder_is_filled() {
+        assert!(TEMPLATE.starts_with("# Template of etcd.service"));
+        for s in [params(), with_tls_and("[etcd]\ndata_dir = \"/srv/etcd\"")] {
+            let unit = render_unit(&s);
+            assert!(!unit.contains("{{"), "{unit}");
+            assert!(!unit.contains("Template of"), "{unit}");
+            assert!(
+                unit.starts_with("# etcd, installed by etcd-setup "),
+                "{unit}"
+            );
+        }
+    }
+
+    /// `systemd-analyze verify` on the rendered units, where the host has it. It runs
+    /// without systemd as PID 1 and needs ExecStart's binary to exist; it exits 0 even
+    /// on unknown keys or bad values, so the test reads what it says about the file.
+    #[test]
+    fn systemd_analyze_verify_accepts_the_rendered_units() {
+        if Command::new("systemd-analyze")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("systemd-analyze not installed; skipped");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let etcd = bin.join("etcd");
+        std::fs::write(&etcd, "#!/bin/sh\nexit 0\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&etcd, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let complaints = |name: &str, text: &str| -> Vec<String> {
+            let unit = dir.path().join(name);
+            std::fs::write(&unit, text).unwrap();
+            let out = Command::new("systemd-analyze")
+                .args(["verify", "--man=no"])
+                .arg(&unit)
+                .output()
+                .unwrap();
+            // Lines about this host (no systemd running) do not name the unit file.
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| l.contains(name))
+                .map(str::to_string)
+                .collect()
+        };
+
+        let outside = with_tls_and("[etcd]\ndata_dir = \"/srv/etcd\"\n");
+        for (i, mut p) in [params(), outside].into_iter().enumerate() {
+            // The binary must exist; a temporary folder is refused by config (the sandbox
+            // hides /tmp), so it is set on the checked settings directly.
+            p.install_dir = bin.clone();
+            let text = render_unit(&p);
+            let said = complaints(&format!("etcd{i}.service"), &text);
+            assert!(said.is_empty(), "{said:#?}\n{text}");
+        }
+
+        // The check is live on this host: a typo in a copy is reported.
+        let mut p = params();
+        p.install_dir = bin.clone();
+        let broken = render_unit(&p).replace("Restart=on-failure", "Restrat=on-failure");
+        let said = complaints("broken.service", &broken);
+        assert!(said.iter().any(|l| l.contains("Restrat")), "{said:#?}");
+    }
+}
