@@ -517,6 +517,45 @@ fn unreadable_primary_root_is_corrupt_without_joliet_and_read_through_joliet_wit
     }
 }
 
+/// Issue 20 item 11, as the node's kernel does it (Debian 12's 6.1.192 carries upstream
+/// 4243bf80, "isofs: handle CDs with bad root inode but good Joliet root directory"):
+/// `isofs_fill_super` reads the root inode from the primary descriptor's root first; when
+/// that fails it turns to Joliet only if the Joliet root lies elsewhere, and otherwise
+/// fails the mount ("get root inode failed"). Refused at open, naming the descriptor.
+#[test]
+fn primary_root_past_the_end_is_refused_naming_the_descriptor_unless_joliet_lies_elsewhere() {
+    let past = 0xFFFF_FFF0u32;
+    // No Joliet: refused, and the sentence names the primary volume descriptor.
+    let mut img = rock_ridge_only().to_vec();
+    iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, past);
+    let msg = corrupt_message(open(&img).map(|_| ()));
+    assert!(
+        msg.contains("primary volume descriptor (sector 16)"),
+        "{msg}"
+    );
+    assert!(msg.contains("sector 4294967280"), "{msg}");
+    assert!(msg.contains("get root inode failed"), "{msg}");
+
+    // Joliet whose root is the same unreadable extent: the kernel has nothing to turn to.
+    let mut img = standard().to_vec();
+    let joliet = iso::joliet_root(&img);
+    iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, past);
+    iso::put_both32(&mut img, joliet.off + 2, past);
+    let msg = corrupt_message(open(&img).map(|_| ()));
+    assert!(
+        msg.contains("primary volume descriptor (sector 16)"),
+        "{msg}"
+    );
+    assert!(msg.contains("the Joliet root lies there too"), "{msg}");
+
+    // Joliet intact, elsewhere: the kernel mounts it through Joliet, and so does the reader.
+    let mut img = standard().to_vec();
+    iso::put_both32(&mut img, iso::PVD_ROOT_RECORD + 2, past);
+    let mut iso = open(&img).unwrap();
+    assert_eq!(iso.naming(), Naming::Joliet);
+    assert!(iso.find(TARBALL).unwrap().is_some());
+}
+
 #[test]
 fn root_directory_of_four_gib_is_refused_without_reading_it() {
     let mut img = standard().to_vec();

@@ -987,3 +987,53 @@ fn a_closed_stdout_ends_status_quietly_with_the_verdicts_exit_code() {
         assert!(err.is_empty(), "{args:?}: {err}");
     }
 }
+
+/// The server logs the socket it really serves: the one systemd passed, wherever it was
+/// bound, not the default path it would have bound itself (issue 20 item 10).
+#[test]
+fn serve_status_logs_the_path_of_the_socket_systemd_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("elsewhere.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let raw = listener.as_raw_fd();
+    let mut cmd = Command::new("sh");
+    // No --socket: the default path is what the server would name if it guessed.
+    cmd.args(["-c", "export LISTEN_PID=$$; exec \"$@\"", "sh", BIN])
+        .args(["serve-status", "--idle-exit", "0", "--config"])
+        .arg(dir.path().join("none.toml"))
+        .env("LISTEN_FDS", "1")
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .arg("--state-dir")
+        .arg(dir.path().join("lib"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+            let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+            if raw == 3 {
+                fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
+            } else {
+                std::mem::forget(nix::unistd::dup2_raw(fd, 3)?);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(listener);
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("serving"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line.expect("serve-status logged no `serving` line");
+    assert!(
+        line.contains(&format!("serving {} ", socket.display())),
+        "{line}"
+    );
+    assert!(!line.contains("/run/etcd-setup/status.sock"), "{line}");
+}

@@ -21,6 +21,11 @@
 //! 3. else the primary tree, still with Rock Ridge names where records carry them (the
 //!    kernel keeps parsing RR without `ER` when there is no Joliet), else plain names.
 //!
+//! The primary root's "." record is read first, Joliet or not. When it cannot be read, the
+//! Joliet tree is used if its root lies elsewhere (the kernel's fallback since upstream
+//! 4243bf80, carried by Debian 12's 6.1 kernels), else the disc is refused naming the
+//! primary descriptor, as the mount fails ("get root inode failed").
+//!
 //! There is no fallback from one tree to another: a path absent from the chosen tree is
 //! absent, as on a mount. [`IsoImage::naming`] says which tree was chosen.
 //!
@@ -377,6 +382,8 @@ struct Dir {
 /// One volume descriptor's facts we use.
 #[derive(Debug)]
 struct Volume {
+    /// The sector of its volume descriptor, for messages.
+    descriptor: u64,
     label: String,
     root: Dir,
     /// Declared volume size in sectors (ECMA-119 §8.4.8).
@@ -594,14 +601,36 @@ impl<R: Read + Seek> IsoImage<R> {
     /// Chooses the tree as `isofs_fill_super` does: Rock Ridge when the primary root's "."
     /// record declares it (`ER`), else Joliet, else the primary tree (with Rock Ridge
     /// names where records have them, when the root carries SUSP).
+    ///
+    /// The kernel reads the root inode from the primary descriptor's root first, Joliet or
+    /// not. When it cannot (the root's sector lies past the end of the device, its "."
+    /// record is shorter than a record), it turns to Joliet only when a Joliet root lies
+    /// elsewhere (upstream 4243bf80, in Debian 12's 6.1 kernels: "root inode is unusable.
+    /// Disabling Rock Ridge and switching to Joliet."); otherwise the mount fails with
+    /// "get root inode failed", and so does this, naming the descriptor.
     fn choose_tree(&mut self) -> Result<(), IsoError> {
         let has_joliet = self.joliet.is_some();
         let probe = self.budgeted(|image| image.probe_root());
         let (skip, extension) = match probe {
             Ok(found) => found,
-            // Linux: "root inode is unusable. Disabling Rock Ridge and switching to Joliet."
-            Err(_) if has_joliet => (None, false),
-            Err(e) => return Err(e),
+            Err(e) => match &self.joliet {
+                Some(j) if j.root.sector != self.primary.root.sector => (None, false),
+                // Errors of another kind (a read error, a removed disc) keep their kind.
+                joliet => {
+                    let IsoError::Corrupt(m) = e else {
+                        return Err(e);
+                    };
+                    let too = if joliet.is_some() {
+                        "; the Joliet root lies there too"
+                    } else {
+                        ""
+                    };
+                    return Err(corrupt(format!(
+                        "the primary volume descriptor (sector {}) gives a root directory Linux cannot read ({m}){too}, so the kernel refuses to mount the disc (isofs: get root inode failed)",
+                        self.primary.descriptor
+                    )));
+                }
+            },
         };
         self.susp_skip = skip;
         self.naming = if extension && has_joliet && self.primary_root_nearly_empty() {
@@ -1211,6 +1240,7 @@ fn parse_volume(vd: &[u8; SECTOR_BYTES], sector: u64, joliet: bool) -> Result<Vo
     }
     let extent = root.extent();
     Ok(Volume {
+        descriptor: sector,
         label: trim_field(&label),
         root: Dir {
             sector: extent.sector,

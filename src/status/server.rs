@@ -689,17 +689,21 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
     };
     #[cfg(not(feature = "test-fixtures"))]
     let live: Arc<dyn LiveView> = Arc::new(SystemLive::new(metrics_port));
-    let listener =
-        match socket_from_systemd().and_then(|l| l.map_or_else(|| bind(&args.socket), Ok)) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("etcd-setup serve-status: {e:#}");
-                return exit::serve::FAILED;
-            }
-        };
+    let taken = socket_from_systemd().and_then(|passed| match passed {
+        Some(l) => Ok((l, " (passed by systemd)")),
+        None => bind(&args.socket).map(|l| (l, "")),
+    });
+    let (listener, origin) = match taken {
+        Ok(taken) => taken,
+        Err(e) => {
+            eprintln!("etcd-setup serve-status: {e:#}");
+            return exit::serve::FAILED;
+        }
+    };
+    // The address the socket really has: systemd's unit decides where a passed one is.
     eprintln!(
-        "etcd-setup serve-status: serving {} for root and group {group}",
-        args.socket.display()
+        "etcd-setup serve-status: serving {}{origin} for root and group {group}",
+        socket::address(&listener)
     );
     let options = Options {
         store: StateStore::new(&args.dirs.run_dir, &args.dirs.state_dir),

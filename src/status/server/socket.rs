@@ -46,6 +46,21 @@ pub fn socket_from_systemd() -> anyhow::Result<Option<UnixListener>> {
     Ok(Some(listener))
 }
 
+/// Where `listener` listens, as a log line names it: the path it is bound at
+/// (getsockname, so a socket systemd passed is named wherever its unit put it), `@NAME`
+/// for an abstract socket, or what is known when it has neither.
+pub fn address(listener: &UnixListener) -> String {
+    use std::os::linux::net::SocketAddrExt;
+    match listener.local_addr() {
+        Ok(addr) => match (addr.as_pathname(), addr.as_abstract_name()) {
+            (Some(path), _) => path.display().to_string(),
+            (None, Some(name)) => format!("@{}", String::from_utf8_lossy(name)),
+            (None, None) => "an unnamed socket".to_string(),
+        },
+        Err(e) => format!("a socket whose address is unknown ({e})"),
+    }
+}
+
 pub(super) fn libc_s_ifmt() -> u32 {
     nix::sys::stat::SFlag::S_IFMT.bits()
 }
