@@ -378,17 +378,39 @@ fn two_snapshots_at_once_both_succeed() {
         &format!("dir = \"{}\"\nretain = 10", snaps.display()),
     );
     let state = dir.path().join("state");
+    // A database of some MiB, so that a save lasts long enough for the second run to
+    // start in the middle of it.
+    let value = "w".repeat(96 << 10);
+    for i in 0..100 {
+        c.client().put(&format!("fill/{i}"), &value).unwrap();
+    }
+    let spawn = || {
+        snapshot_cmd(&cfg, &state)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // A partial of the first run: in the staging folder (or, before it, `.partial-*`
+    // in the folder itself).
+    let partial_exists = || {
+        names_in(&snaps.join(".staging"))
+            .iter()
+            .any(|n| n.ends_with(".part"))
+            || names_in(&snaps).iter().any(|n| n.starts_with(".partial-"))
+    };
     for round in 0..3 {
         c.client().put(&format!("k{round}"), "v").unwrap();
-        let children: Vec<_> = (0..2)
-            .map(|_| {
-                snapshot_cmd(&cfg, &state)
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
+        let first = spawn();
+        let t = std::time::Instant::now();
+        while !partial_exists() {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(30),
+                "no partial"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let children = [first, spawn()];
         for ch in children {
             let out = ch.wait_with_output().unwrap();
             assert_eq!(
