@@ -138,7 +138,7 @@ pub fn list(dir: &Path, cluster: u64, member: &str) -> Vec<PathBuf> {
         return Vec::new();
     };
     let mut own = own_snapshots(&folder, cluster, member);
-    own.sort_by(|a, b| (b.1.time, b.1.revision).cmp(&(a.1.time, a.1.revision)));
+    own.sort_by_key(|(_, p)| std::cmp::Reverse((p.time, p.revision)));
     own.into_iter().map(|(n, _)| dir.join(n)).collect()
 }
 
@@ -171,7 +171,7 @@ fn retain(
             shown.join(", ")
         ));
     }
-    past.sort_by(|a, b| (b.1.time, b.1.revision).cmp(&(a.1.time, a.1.revision)));
+    past.sort_by_key(|(_, p)| std::cmp::Reverse((p.time, p.revision)));
     let keep = usize::try_from(retain.saturating_sub(1)).unwrap_or(usize::MAX);
     let old: Vec<_> = past.into_iter().skip(keep).collect();
     if old.is_empty() {

@@ -338,7 +338,6 @@ enum ReadError {
 }
 
 /// Writes one copy, naming the file in the error.
-
 fn write_state(path: &Path, state: &State) -> io::Result<()> {
     let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     if let Some(dir) = path.parent() {
