@@ -252,12 +252,16 @@ pub const SNAPSHOT: Table = Table {
         ),
         code(
             upkeep::FAILED,
-            "no snapshot was kept (snapshot-failed, snapshot-corrupt, disk-full); the reason is printed and recorded for status",
+            "no snapshot was kept (snapshot-failed, snapshot-corrupt, disk-full), or it was kept and recorded but its copy into snapshot.copy_dir failed; the reason is printed and recorded for status",
         ),
         code(USAGE, "the command line is wrong"),
         code(
             upkeep::CONFIG,
-            "the configuration file is missing or invalid (config-invalid)",
+            "the configuration file is missing or invalid, or a snapshot folder is not root's or is writable by others (config-invalid)",
+        ),
+        code(
+            upkeep::LOCKED,
+            "another snapshot on this node held snapshot.lock past snapshot.timeout plus 5 minutes (locked)",
         ),
     ],
 };

@@ -83,6 +83,8 @@ fn snapshot(cfg: &Path, state: &Path) -> Output {
         cfg.to_str().unwrap(),
         "--state-dir",
         state.to_str().unwrap(),
+        "--run-dir",
+        state.to_str().unwrap(),
     ])
 }
 

@@ -1,133 +1,195 @@
 //! `etcd-setup snapshot`: a consistent snapshot of this member, verified, kept N deep.
 //!
-//! 1. `etcdctl snapshot save` from this member into `snapshot.dir/.partial-…` (etcdctl
+//! 0. One snapshot at a time on the node: `snapshot.lock` in the live folder (`flock`,
+//!    waited for at most `snapshot.timeout` plus 5 minutes). It is not the run lock, which
+//!    `upgrade` holds while it takes its snapshot through here.
+//! 1. `snapshot.dir` opened and checked ([`folder`]: root's, not writable by others, no
+//!    link); `etcdctl snapshot save` from this member into a partial of a unique name in
+//!    its private staging folder `.staging/` (created `O_EXCL|O_NOFOLLOW` first; etcdctl
 //!    writes `….part` and renames it when the stream ended).
 //! 2. Verified: the SHA-256 trailer etcd appends, then `snapshot status` of the file
 //!    (hash, revision, total keys) with the release's etcdutl (etcdctl on 3.4).
-//! 3. Renamed to `etcd-snapshot-<UTC time to the ms>-rev<revision>.db`, fsynced, folder fsynced; a
-//!    file already of that name is moved aside (`.replaced-<time>`), never overwritten.
-//! 4. Copied the same way into `snapshot.copy_dir` when configured.
-//! 5. Each folder keeps the newest `snapshot.retain`; older ones are deleted, or moved
-//!    into `pruned/` (`snapshot.prune = "move-aside"`). Retention is the one place a
-//!    day-2 command deletes: pruning old backups is what operators expect (k3s prunes
-//!    too), and `move-aside` keeps SPEC's "nothing is ever deleted" for those who want it.
+//! 3. Renamed to its name ([`names`]: cluster ID, member, UTC time to the ms, revision),
+//!    fsynced, folder fsynced; a file already of that name is moved aside
+//!    (`.replaced-<time>`), never overwritten.
+//! 4. Copied the same way into `snapshot.copy_dir` when configured. A failed copy is its
+//!    own failure: the verified snapshot in `snapshot.dir` is still kept and recorded.
+//! 5. Retention: each folder keeps the newest `snapshot.retain` of this member's
+//!    snapshots, by the time in their names, the one just written always among them;
+//!    older ones are moved into `pruned/` beside them, never deleted (nothing is deleted
+//!    by a day-2 command). Names from the future (a clock that was ahead) are neither
+//!    counted nor moved, and are warned about. Only strict names are touched.
 //! 6. The result, or the failure, recorded in `snapshot.json` for `status`.
 //!
-//! Snapshots hold every secret of the Kubernetes cluster: the folders are 0700 and the
-//! files 0600, owned by root.
+//! Every partial is removed on every exit path (a guard), and what a killed run left is
+//! removed by the next (only its own, by pid and member). Snapshots hold every secret of
+//! the Kubernetes cluster: the folders are 0700 and the files 0600, owned by root.
+
+pub mod folder;
+pub mod names;
 
 use super::tools::{self, FileStatus};
 use crate::reason::{Failure, ReasonCode};
-use crate::shared::config::{Prune, Settings};
+use crate::shared::config::Settings;
 use crate::shared::report::{self, SnapshotTaken};
+use folder::{Folder, Staged, STAGING};
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-/// The name every kept snapshot starts with.
-pub const PREFIX: &str = "etcd-snapshot-";
-/// And ends with.
-pub const SUFFIX: &str = ".db";
+pub use names::{PREFIX, SUFFIX};
+
+/// The snapshot lock's name in the live state folder.
+pub const LOCK_FILE: &str = "snapshot.lock";
+/// The folder inside each snapshot folder that retention moves old snapshots into.
+pub const PRUNED: &str = "pruned";
 
 /// What a snapshot run did.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Outcome {
     /// The snapshot, as recorded.
     pub taken: SnapshotTaken,
-    /// Snapshots pruned (deleted or moved aside), with their new place if moved.
-    pub pruned: Vec<(PathBuf, Option<PathBuf>)>,
+    /// Snapshots moved aside by retention: where they were, where they are.
+    pub pruned: Vec<(PathBuf, PathBuf)>,
+    /// The copy into `snapshot.copy_dir` failed (the snapshot itself is kept).
+    pub copy_failure: Option<Failure>,
+    /// What the run warns about (names from the future, a retention that failed).
+    pub warnings: Vec<String>,
 }
 
 fn failed(message: String) -> Failure {
     Failure::new(ReasonCode::SnapshotFailed, message)
 }
 
-/// Creates `dir` (0700) when missing.
-fn ensure_dir(dir: &Path) -> Result<(), Failure> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Failure::io(dir, "cannot create the snapshot folder", e))
+/// Whether a tool's error text says the disk is full (ENOSPC, EDQUOT as Go prints them).
+pub fn says_disk_full(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.contains("no space left on device") || t.contains("disk quota exceeded")
 }
 
-/// Removes what an earlier, interrupted run left (`.partial-*`), never a kept snapshot.
-fn remove_partials(dir: &Path) {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(".partial-") {
-                let _ = fs::remove_file(e.path());
-            }
-        }
+/// Renames `from` in `staging` to `to` in `dir`, moving a file already at `to` aside
+/// first (`.replaced-<time>`); then fsyncs `dir`.
+fn put_in_place(
+    staging: &Folder,
+    from: &str,
+    dir: &Folder,
+    to: &str,
+    now: SystemTime,
+) -> Result<(), Failure> {
+    if dir.exists(to) {
+        let aside = format!("{to}.replaced-{}", super::stamp(now));
+        dir.rename(to, dir, &aside)
+            .map_err(|e| Failure::io(&dir.join(to), "cannot move aside", e))?;
     }
+    staging
+        .rename(from, dir, to)
+        .map_err(|e| Failure::io(&dir.join(to), "cannot rename into", e))?;
+    dir.sync()
 }
 
-/// Renames `from` to `to`, moving a file already at `to` aside first; then fsyncs the
-/// folder.
-fn put_in_place(from: &Path, to: &Path, now: SystemTime) -> Result<(), Failure> {
-    if to.exists() {
-        let aside = PathBuf::from(format!("{}.replaced-{}", to.display(), super::stamp(now)));
-        fs::rename(to, &aside).map_err(|e| Failure::io(to, "cannot move aside", e))?;
-    }
-    fs::rename(from, to).map_err(|e| Failure::io(to, "cannot rename into", e))?;
-    super::sync_dir(to.parent().unwrap_or(Path::new("/")))
-}
-
-/// Copies `file` into `dir` under the same name: a partial file, fsynced, renamed.
-fn copy_into(file: &Path, dir: &Path, now: SystemTime) -> Result<PathBuf, Failure> {
-    ensure_dir(dir)?;
-    remove_partials(dir);
-    let name = file.file_name().unwrap_or_default();
-    let partial = dir.join(format!(".partial-{}", name.to_string_lossy()));
-    let to = dir.join(name);
-    fs::copy(file, &partial)
+/// Copies `name` from `from` into the folder `copy_dir` under the same name: a partial
+/// in its staging folder, fsynced, renamed; the partial removed on every failure.
+fn copy_into(
+    from: &Folder,
+    name: &str,
+    copy_dir: &Path,
+    member: &str,
+    now: SystemTime,
+) -> Result<(Folder, PathBuf), Failure> {
+    let to = Folder::open(copy_dir, "snapshot.copy_dir")?;
+    let staging = to.private(STAGING)?;
+    folder::remove_dead_partials(&staging, member);
+    let (staged, mut out) = Staged::create(&staging, member)?;
+    let partial = staging.join(&staged.part);
+    let mut src = from
+        .open_file(name)
+        .map_err(|e| Failure::io(&from.join(name), "cannot open", e))?;
+    io::copy(&mut src, &mut out)
         .map_err(|e| Failure::io(&partial, "cannot copy the snapshot to", e))?;
-    fs::File::open(&partial)
-        .and_then(|f| {
-            f.set_permissions(fs::Permissions::from_mode(0o600))?;
-            f.sync_all()
-        })
+    out.sync_all()
         .map_err(|e| Failure::io(&partial, "cannot sync", e))?;
-    put_in_place(&partial, &to, now)?;
-    Ok(to)
+    drop(out);
+    put_in_place(&staging, &staged.part, &to, name, now)?;
+    staged.keep();
+    let path = to.join(name);
+    Ok((to, path))
 }
 
-/// The kept snapshots in `dir`, newest first (the names sort by time).
-pub fn list(dir: &Path) -> Vec<PathBuf> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .map(|it| {
-            it.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(PREFIX) && n.ends_with(SUFFIX))
-                .collect()
+/// The strict snapshot names in `dir` that retention may move: this member's of this
+/// cluster, and old names without either; with their parsed names.
+fn own_snapshots(dir: &Folder, cluster: u64, member: &str) -> Vec<(String, names::SnapshotName)> {
+    dir.names()
+        .into_iter()
+        .filter_map(|n| names::parse(&n).map(|p| (n, p)))
+        .filter(|(_, p)| match (&p.cluster, &p.member) {
+            (Some(c), Some(m)) => *c == cluster && m == member,
+            _ => p.cluster.is_none() && p.member.is_none(),
         })
-        .unwrap_or_default();
-    names.sort_unstable_by(|a, b| b.cmp(a));
-    names.into_iter().map(|n| dir.join(n)).collect()
+        .filter(|(n, _)| dir.is_file(n))
+        .collect()
 }
 
-/// Prunes `dir` to its newest `retain` snapshots.
-fn prune(dir: &Path, retain: u64, how: Prune) -> Result<Vec<(PathBuf, Option<PathBuf>)>, Failure> {
+/// The kept snapshots of this member in `dir` (strict names, regular files), newest first
+/// by the time in their names.
+pub fn list(dir: &Path, cluster: u64, member: &str) -> Vec<PathBuf> {
+    let Ok(folder) = Folder::open(dir, "snapshot.dir") else {
+        return Vec::new();
+    };
+    let mut own = own_snapshots(&folder, cluster, member);
+    own.sort_by_key(|(_, p)| std::cmp::Reverse((p.time, p.revision)));
+    own.into_iter().map(|(n, _)| dir.join(n)).collect()
+}
+
+/// Keeps in `dir` the newest `retain` of this member's snapshots, `just_written` always
+/// among them; moves the others into `pruned/`. Names from after `now` are neither
+/// counted nor moved: a warning names them.
+fn retain(
+    dir: &Folder,
+    just_written: &str,
+    (cluster, member): (u64, &str),
+    retain: u64,
+    now: SystemTime,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<(PathBuf, PathBuf)>, Failure> {
+    let mut own: Vec<_> = own_snapshots(dir, cluster, member)
+        .into_iter()
+        .filter(|(n, _)| n != just_written)
+        .collect();
+    let (future, mut past): (Vec<_>, Vec<_>) = own.drain(..).partition(|(_, p)| p.time > now);
+    if !future.is_empty() {
+        let mut shown: Vec<&str> = future.iter().map(|(n, _)| n.as_str()).collect();
+        shown.sort_unstable();
+        warnings.push(format!(
+            "{} {} holds {} snapshot(s) named after the time now ({}): the clock was ahead \
+             when they were taken, or they were copied in; retention neither counts nor \
+             moves them: move them away when they are not needed",
+            dir.key,
+            dir.path.display(),
+            future.len(),
+            shown.join(", ")
+        ));
+    }
+    past.sort_by_key(|(_, p)| std::cmp::Reverse((p.time, p.revision)));
+    let keep = usize::try_from(retain.saturating_sub(1)).unwrap_or(usize::MAX);
+    let old: Vec<_> = past.into_iter().skip(keep).collect();
+    if old.is_empty() {
+        return Ok(Vec::new());
+    }
+    let aside = dir.private(PRUNED)?;
     let mut done = Vec::new();
-    for old in list(dir).into_iter().skip(retain as usize) {
-        match how {
-            Prune::Delete => {
-                fs::remove_file(&old).map_err(|e| Failure::io(&old, "cannot prune", e))?;
-                done.push((old, None));
-            }
-            Prune::MoveAside => {
-                let aside = dir.join("pruned");
-                ensure_dir(&aside)?;
-                let to = aside.join(old.file_name().unwrap_or_default());
-                fs::rename(&old, &to).map_err(|e| Failure::io(&old, "cannot move aside", e))?;
-                done.push((old, Some(to)));
-            }
+    for (name, _) in old {
+        let mut to = name.clone();
+        if aside.exists(&to) {
+            to = format!("{name}.{}", super::stamp(now));
         }
+        dir.rename(&name, &aside, &to)
+            .map_err(|e| Failure::io(&dir.join(&name), "cannot move aside", e))?;
+        done.push((dir.join(&name), aside.join(&to)));
     }
-    if !done.is_empty() {
-        super::sync_dir(dir)?;
-    }
+    aside.sync()?;
+    dir.sync()?;
     Ok(done)
 }
 
@@ -137,56 +199,97 @@ pub fn verify(s: &Settings, file: &Path) -> Result<FileStatus, Failure> {
     tools::file_status(&tools::snapshot_tool(&s.install_dir), file)
 }
 
-/// Takes, verifies, places, copies and prunes a snapshot at `now`.
-pub fn take(s: &Settings, now: SystemTime) -> Result<Outcome, Failure> {
+/// Takes, verifies, places, copies and keeps `snapshot.retain` deep a snapshot at `now`,
+/// one at a time on the node (the snapshot lock in `run_dir`).
+pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Failure> {
     let cfg = &s.upkeep.snapshot;
-    ensure_dir(&cfg.dir)?;
-    remove_partials(&cfg.dir);
-    let ts = super::stamp_ms(now);
-    let partial = cfg.dir.join(format!(".partial-{ts}{SUFFIX}"));
+    let _lock = crate::shared::lock::RunLock::acquire(
+        &run_dir.join(LOCK_FILE),
+        cfg.timeout + Duration::from_secs(300),
+    )?;
+    let dir = Folder::open(&cfg.dir, "snapshot.dir")?;
+    let staging = dir.private(STAGING)?;
+    folder::remove_dead_partials(&staging, &s.node_name);
+    remove_old_partials(&dir);
     let endpoint = super::own_endpoint(s);
     let client = super::own_client(s);
     // Asked first, within etcdctl's short timeouts: a save to a member that is down would
-    // wait out all of snapshot.timeout redialling it.
-    client.endpoint_status().map_err(|e| {
-        failed(format!(
-            "etcd at {endpoint} does not answer, no snapshot taken: {e}"
-        ))
-    })?;
+    // wait out all of snapshot.timeout redialling it. It names the cluster too.
+    let cluster = client
+        .endpoint_status()
+        .map_err(|e| {
+            failed(format!(
+                "etcd at {endpoint} does not answer, no snapshot taken: {e}"
+            ))
+        })?
+        .first()
+        .map(|st| st.cluster_id.0)
+        .ok_or_else(|| failed(format!("etcd at {endpoint} gave no status")))?;
+    let (staged, part) = Staged::create(&staging, &s.node_name)?;
+    drop(part);
+    let partial = staged.path();
     client
         .snapshot_save(&endpoint, &partial, cfg.timeout)
         .map_err(|e| {
-            let _ = fs::remove_file(&partial);
-            failed(format!(
-                "cannot snapshot etcd at {endpoint} into {}: {e}",
-                cfg.dir.display()
-            ))
+            let text = e.to_string();
+            if says_disk_full(&text) {
+                Failure::new(
+                    ReasonCode::DiskFull,
+                    format!(
+                        "the disk holding snapshot.dir {} is full (etcdctl: {text}); free \
+                         space there (snapshots moved aside are in its {PRUNED}/) and run \
+                         again",
+                        cfg.dir.display()
+                    ),
+                )
+            } else {
+                failed(format!(
+                    "cannot snapshot etcd at {endpoint} into {}: {text}",
+                    cfg.dir.display()
+                ))
+            }
         })?;
-    let status = match verify(s, &partial) {
-        Ok(st) => st,
-        Err(f) => {
-            let _ = fs::remove_file(&partial);
-            return Err(f);
-        }
-    };
-    let size = fs::File::open(&partial)
-        .and_then(|f| {
-            f.set_permissions(fs::Permissions::from_mode(0o600))?;
-            f.sync_all()?;
-            Ok(f.metadata()?.len())
-        })
+    let file = staging
+        .open_file(&staged.name)
+        .map_err(|e| Failure::io(&partial, "cannot open", e))?;
+    let status = verify(s, &partial)?;
+    file.set_permissions(fs::Permissions::from_mode(0o600))
+        .and_then(|()| file.sync_all())
         .map_err(|e| Failure::io(&partial, "cannot sync", e))?;
-    let file = cfg
-        .dir
-        .join(format!("{PREFIX}{ts}-rev{}{SUFFIX}", status.revision));
-    put_in_place(&partial, &file, now)?;
-    let copy = match &cfg.copy_dir {
-        Some(dir) => Some(copy_into(&file, dir, now)?),
-        None => None,
+    let size = file
+        .metadata()
+        .map_err(|e| Failure::io(&partial, "cannot stat", e))?
+        .len();
+    drop(file);
+    let name = names::name_for(cluster, &s.node_name, now, status.revision);
+    put_in_place(&staging, &staged.name, &dir, &name, now)?;
+    staged.keep();
+    let kept = dir.join(&name);
+
+    let mut warnings = Vec::new();
+    let (copy, copy_failure) = match &cfg.copy_dir {
+        Some(copy_dir) => match copy_into(&dir, &name, copy_dir, &s.node_name, now) {
+            Ok(c) => (Some(c), None),
+            Err(f) => (None, Some(f)),
+        },
+        None => (None, None),
     };
-    let mut pruned = prune(&cfg.dir, cfg.retain, cfg.prune)?;
-    if let Some(dir) = &cfg.copy_dir {
-        pruned.extend(prune(dir, cfg.retain, cfg.prune)?);
+    let me = (cluster, s.node_name.as_str());
+    let mut pruned = Vec::new();
+    let mut folders = vec![&dir];
+    if let Some((c, _)) = &copy {
+        folders.push(c);
+    }
+    for f in folders {
+        match retain(f, &name, me, cfg.retain, now, &mut warnings) {
+            Ok(done) => pruned.extend(done),
+            Err(e) => warnings.push(format!(
+                "retention in {} {} failed, nothing more moved aside: {}",
+                f.key,
+                f.path.display(),
+                e.headline()
+            )),
+        }
     }
     Ok(Outcome {
         taken: SnapshotTaken {
@@ -196,13 +299,36 @@ pub fn take(s: &Settings, now: SystemTime) -> Result<Outcome, Failure> {
                 .map_or(0, |d| d.as_secs()),
             revision: status.revision,
             size,
-            file: file.display().to_string(),
-            copy: copy.map(|c| c.display().to_string()),
+            file: kept.display().to_string(),
+            copy: copy.map(|(_, c)| c.display().to_string()),
             hash: status.hash,
             total_keys: status.total_keys,
         },
         pruned,
+        copy_failure,
+        warnings,
     })
+}
+
+/// Removes the `.partial-*` files an agent before the staging folder left in `dir`
+/// (regular files only; under the snapshot lock, no run of this agent writes them).
+fn remove_old_partials(dir: &Folder) {
+    for n in dir.names() {
+        if n.starts_with(".partial-") && dir.is_file(&n) {
+            dir.remove_partial(&n);
+        }
+    }
+}
+
+/// Records `out` in `snapshot.json` in `state_dir`.
+pub fn record(state_dir: &Path, out: &Outcome, s: &Settings) -> Result<(), Failure> {
+    report::record_snapshot_kept(
+        state_dir,
+        out.taken.clone(),
+        out.copy_failure.as_ref(),
+        out.warnings.clone(),
+        s.upkeep.snapshot.stale_after,
+    )
 }
 
 /// `etcd-setup snapshot`: the exit code.
@@ -212,50 +338,40 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
         Err(f) => return super::report_failure(&f),
     };
     let now = SystemTime::now();
-    match take(&s, now) {
+    let line = |text: String| {
+        crate::shared::output::print(&format!("{}\n", crate::shared::printable::line(&text)))
+    };
+    match take(&s, &args.dirs.run_dir, now) {
         Ok(out) => {
-            if let Err(f) = report::record_snapshot(
-                &args.dirs.state_dir,
-                out.taken.clone(),
-                s.upkeep.snapshot.stale_after,
-            ) {
+            if let Err(f) = record(&args.dirs.state_dir, &out, &s) {
                 return super::report_failure(&f);
             }
             let t = &out.taken;
-            crate::shared::output::print(&format!(
-                "{}\n",
-                crate::shared::printable::line(&format!(
-                    "snapshot {} revision {} size {} keys {} hash {:08x}{}",
-                    t.file,
-                    t.revision,
-                    t.size,
-                    t.total_keys,
-                    t.hash,
-                    t.copy
-                        .as_ref()
-                        .map_or(String::new(), |c| format!(" copy {c}"))
-                ))
+            line(format!(
+                "snapshot {} revision {} size {} keys {} hash {:08x}{}",
+                t.file,
+                t.revision,
+                t.size,
+                t.total_keys,
+                t.hash,
+                t.copy
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" copy {c}"))
             ));
             for (old, to) in &out.pruned {
-                match to {
-                    Some(to) => crate::shared::output::print(&format!(
-                        "{}\n",
-                        crate::shared::printable::line(&format!(
-                            "pruned {} (moved to {})",
-                            old.display(),
-                            to.display()
-                        ))
-                    )),
-                    None => crate::shared::output::print(&format!(
-                        "{}\n",
-                        crate::shared::printable::line(&format!(
-                            "pruned {} (deleted)",
-                            old.display()
-                        ))
-                    )),
-                }
+                line(format!(
+                    "pruned {} (moved to {})",
+                    old.display(),
+                    to.display()
+                ));
             }
-            crate::exit::upkeep::OK
+            for w in &out.warnings {
+                eprintln!("warning: {}", crate::shared::printable::line(w));
+            }
+            match &out.copy_failure {
+                Some(f) => super::report_failure(f),
+                None => crate::exit::upkeep::OK,
+            }
         }
         Err(f) => {
             if let Err(g) = report::record_snapshot_failure(

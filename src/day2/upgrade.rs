@@ -266,18 +266,15 @@ fn upgrade(
     record.set("snapshot", "taking a snapshot before the upgrade");
     // The same verified snapshot as `etcd-setup snapshot`, kept with the others and
     // recorded for status.
-    let taken = crate::day2::snapshot::take(settings, SystemTime::now()).map_err(|f| {
-        Failure::new(
-            ReasonCode::UpgradeSnapshotFailed,
-            format!("the snapshot before the upgrade failed: {}", f.message),
-        )
-        .with_source(f)
-    })?;
-    if let Err(f) = crate::shared::report::record_snapshot(
-        &paths.state_dir,
-        taken.taken.clone(),
-        settings.upkeep.snapshot.stale_after,
-    ) {
+    let taken =
+        crate::day2::snapshot::take(settings, &paths.run_dir, SystemTime::now()).map_err(|f| {
+            Failure::new(
+                ReasonCode::UpgradeSnapshotFailed,
+                format!("the snapshot before the upgrade failed: {}", f.message),
+            )
+            .with_source(f)
+        })?;
+    if let Err(f) = crate::day2::snapshot::record(&paths.state_dir, &taken, settings) {
         eprintln!("etcd-setup upgrade: {}", f.headline());
     }
     let snap = PathBuf::from(&taken.taken.file);

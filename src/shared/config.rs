@@ -33,9 +33,7 @@ mod upkeep;
 mod values;
 
 use raw::{read_text, scan_report_section, toml_failure, RawFile};
-pub use upkeep::{
-    MaintainSettings, Prune, SnapshotSettings, Upkeep, DEFAULT_QUOTA, DEFAULT_SNAPSHOT_DIR,
-};
+pub use upkeep::{MaintainSettings, SnapshotSettings, Upkeep, DEFAULT_QUOTA, DEFAULT_SNAPSHOT_DIR};
 use values::Checker;
 pub use values::{parse_duration, parse_sha256, parse_size, scheme, url_host};
 

@@ -21,6 +21,7 @@
 mod atomic;
 mod failure;
 mod operation;
+mod record;
 mod reporter;
 mod state;
 mod time;
@@ -29,12 +30,13 @@ mod upkeep;
 pub use atomic::atomic_write;
 pub use failure::{clear_failure, write_failure};
 pub use operation::{read_operation, Operation, OperationGuard, OPERATION_FILE};
+pub use record::{read_record, RecordError};
 pub use reporter::{Reporter, SharedReporter};
 pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable, UpgradeRecord};
 pub use time::{file_stamp, rfc3339};
 pub use upkeep::{
-    read_snapshot_record, record_snapshot, record_snapshot_failure, snapshot_record_path,
-    SnapshotFailure, SnapshotRecord, SnapshotTaken, SNAPSHOT_RECORD,
+    read_snapshot_record, record_snapshot, record_snapshot_failure, record_snapshot_kept,
+    snapshot_record_path, SnapshotFailure, SnapshotRecord, SnapshotTaken, SNAPSHOT_RECORD,
 };
 
 /// The live state folder, emptied at every boot.

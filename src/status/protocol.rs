@@ -196,6 +196,9 @@ pub struct SnapshotView {
     pub last: Option<SnapshotTaken>,
     /// The last failure, when it came after the last good snapshot.
     pub failure: Option<SnapshotFailure>,
+    /// The last good snapshot's copy into `snapshot.copy_dir` failed (added field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_failure: Option<SnapshotFailure>,
     /// Whether the last good snapshot is older than `snapshot.stale_after` (or missing).
     pub stale: bool,
 }

@@ -145,6 +145,13 @@ pub fn annotate(answer: &mut Answer, persist_dir: &Path, now: SystemTime) {
             f.time, f.code, f.message
         ));
     }
+    if let Some(f) = &record.copy_failure {
+        answer.warnings.push(format!(
+            "the last snapshot is kept, but its copy failed at {}: {}: {}",
+            f.time, f.code, f.message
+        ));
+    }
+    answer.warnings.extend(record.warnings.iter().cloned());
     if stale {
         answer.warnings.push(match (&record.last, age) {
             (Some(l), Some(a)) => format!(
@@ -159,6 +166,7 @@ pub fn annotate(answer: &mut Answer, persist_dir: &Path, now: SystemTime) {
     answer.snapshot = Some(SnapshotView {
         last: record.last,
         failure: record.failure,
+        copy_failure: record.copy_failure,
         stale,
     });
 }
@@ -255,6 +263,70 @@ mod tests {
             "a warning changes no verdict"
         );
         assert!(old.warnings[0].contains("20 h old"), "{:?}", old.warnings);
+    }
+
+    /// A FIFO at `snapshot.json` is a warning at once (a blocking open waited for a writer
+    /// forever, and every later query with it); a copy failure and the run's warnings
+    /// are shown beside a kept snapshot.
+    #[test]
+    fn a_fifo_at_the_snapshot_record_is_a_warning_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("snapshot.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let at = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            let mut a = answer();
+            annotate(&mut a, &at, SystemTime::now());
+            let _ = tx.send(a.warnings);
+        });
+        let warnings = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("annotate blocked on a FIFO");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0]
+                .ends_with("snapshot.json: unreadable: is a FIFO, not a file the agent wrote"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn a_failed_copy_and_the_run_s_warnings_show_beside_the_kept_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let taken = SnapshotTaken {
+            time: crate::shared::report::rfc3339(now),
+            unix_time: now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
+            revision: 42,
+            size: 20512,
+            file: "/var/lib/etcd-setup/snapshots/x.db".into(),
+            copy: None,
+            hash: 1,
+            total_keys: 7,
+        };
+        let f = crate::reason::Failure::new(ReasonCode::DiskFull, "the copy disk is full");
+        crate::shared::report::record_snapshot_kept(
+            dir.path(),
+            taken,
+            Some(&f),
+            vec!["a name from the future".into()],
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        let mut a = answer();
+        annotate(&mut a, dir.path(), now);
+        let v = a.snapshot.as_ref().unwrap();
+        assert_eq!(v.last.as_ref().unwrap().revision, 42);
+        assert!(!v.stale);
+        assert_eq!(v.copy_failure.as_ref().unwrap().code, ReasonCode::DiskFull);
+        assert_eq!(a.warnings.len(), 2, "{:?}", a.warnings);
+        assert!(
+            a.warnings[0].contains("its copy failed"),
+            "{:?}",
+            a.warnings
+        );
+        assert_eq!(a.warnings[1], "a name from the future");
     }
 
     /// A running member whose /health names NOSPACE, with its space.

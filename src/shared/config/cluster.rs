@@ -286,6 +286,8 @@ impl Checker<'_> {
             ));
         }
 
+        self.snapshot_places(&upkeep.snapshot, &data_dir, &install_dir)?;
+
         // [report]
         let failure_file = match self.string("report.failure_file", report.failure_file)? {
             Some(s) => self.file_path("report.failure_file", &s)?,

@@ -107,7 +107,6 @@ fn the_documented_example_parses_to_its_typed_values() {
                 dir: "/var/lib/etcd-setup/snapshots".into(),
                 copy_dir: Some("/mnt/etcd-backup".into()),
                 retain: 5,
-                prune: Prune::Delete,
                 timeout: Duration::from_secs(600),
                 stale_after: Duration::from_secs(13 * 3600),
             },
@@ -742,4 +741,106 @@ fn a_fifo_or_a_folder_at_the_path_is_refused_without_blocking() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     let f = load(dir.path()).expect_err("a folder is no configuration");
     assert!(f.message.contains("is a directory"), "{}", f.message);
+}
+
+/// Values the probe found accepted, each refused naming its key: a quota etcd
+/// runs out of at the first put, snapshots in or beside etcd's data and binaries or in
+/// system folders, timeouts no healthy member meets.
+#[test]
+fn doubtful_day_two_values_are_refused_naming_the_key() {
+    for (text, key, says) in [
+        (
+            etcd("quota_backend_bytes = 1"),
+            "etcd.quota_backend_bytes",
+            "16 MiB",
+        ),
+        (
+            etcd("quota_backend_bytes = \"15MiB\""),
+            "etcd.quota_backend_bytes",
+            "16 MiB",
+        ),
+        (
+            etcd("data_dir = \"/var/lib/etcd\"\n\n[snapshot]\ndir = \"/var/lib/etcd\""),
+            "snapshot.dir",
+            "etcd.data_dir",
+        ),
+        (
+            etcd("data_dir = \"/var/lib/etcd\"\n\n[snapshot]\ndir = \"/var/lib/etcd/snaps\""),
+            "snapshot.dir",
+            "etcd.data_dir",
+        ),
+        (
+            etcd("data_dir = \"/srv/etcd/data\"\n\n[snapshot]\ndir = \"/srv/etcd\""),
+            "snapshot.dir",
+            "etcd.data_dir",
+        ),
+        (
+            table("snapshot", "dir = \"/opt/bin\""),
+            "snapshot.dir",
+            "install.dir",
+        ),
+        (
+            table("snapshot", "dir = \"/etc\""),
+            "snapshot.dir",
+            "system folder",
+        ),
+        (
+            table("snapshot", "dir = \"/etc/snaps\""),
+            "snapshot.dir",
+            "system folder",
+        ),
+        (
+            table("snapshot", "dir = \"/tmp/snaps\""),
+            "snapshot.dir",
+            "system folder",
+        ),
+        (
+            table("snapshot", "dir = \"/srv\""),
+            "snapshot.dir",
+            "shared",
+        ),
+        (
+            table("snapshot", "copy_dir = \"/dev/shm/x\""),
+            "snapshot.copy_dir",
+            "system folder",
+        ),
+        (
+            table("snapshot", "dir = \"/srv/s\"\ncopy_dir = \"/srv/s/copy\""),
+            "snapshot.copy_dir",
+            "overlaps snapshot.dir",
+        ),
+        (
+            table("snapshot", "timeout = \"1ms\""),
+            "snapshot.timeout",
+            "10 s floor",
+        ),
+        (
+            table("maintain", "lock_wait = \"1ms\""),
+            "maintain.lock_wait",
+            "1 s floor",
+        ),
+        (
+            table("maintain", "defrag_timeout = \"2s\""),
+            "maintain.defrag_timeout",
+            "10 s floor",
+        ),
+    ] {
+        let f = parse_text(&text).unwrap_err();
+        assert_eq!(f.code, ReasonCode::ConfigInvalid, "{text}");
+        assert!(f.message.contains(key), "{key}: {}", f.message);
+        assert!(f.message.contains(says), "{says}: {}", f.message);
+    }
+    // What the tests and the VMs use still loads: a 16 MiB and a 32 MiB quota, a folder
+    // of its own under /mnt, and an older configuration's prune = "delete".
+    for ok in [
+        etcd("quota_backend_bytes = \"16MiB\""),
+        etcd("quota_backend_bytes = \"32MiB\""),
+        table(
+            "snapshot",
+            "copy_dir = \"/mnt/etcd-backup\"\nprune = \"delete\"",
+        ),
+        table("maintain", "lock_wait = \"1s\""),
+    ] {
+        parse_text(&ok).unwrap_or_else(|f| panic!("{ok}: {}", f.message));
+    }
 }

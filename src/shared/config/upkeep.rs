@@ -3,7 +3,7 @@
 
 use super::raw::{RawMaintain, RawSnapshot};
 use super::values::{Checked, Checker};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Value;
 
@@ -11,19 +11,29 @@ use toml::Value;
 pub const DEFAULT_QUOTA: u64 = 2 << 30;
 /// etcd's recommended maximum quota (8 GiB); more is refused here.
 pub const MAX_QUOTA: u64 = 8 << 30;
+/// The smallest quota taken (16 MiB). etcd documents no minimum, but a request may be
+/// 1.5 MiB (`--max-request-bytes`); below about ten of them a few writes raise NOSPACE,
+/// and compaction and defragmentation have no room left to bring space back.
+pub const MIN_QUOTA: u64 = 16 << 20;
+/// The shortest `snapshot.timeout` and `maintain.defrag_timeout` (10 s): less fails a
+/// healthy member's save or defragmentation on its first slow disk write.
+pub const MIN_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest `maintain.lock_wait` (1 s).
+pub const MIN_LOCK_WAIT: Duration = Duration::from_secs(1);
+/// Folders no snapshot goes into, nor under: the system's own, the ones gone at reboot,
+/// and the ones anyone may write.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/etc", "/proc", "/sys", "/dev", "/run", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32",
+    "/lib64", "/tmp", "/var/tmp",
+];
+/// Folders that are no snapshot folder themselves (a folder of its own inside is fine).
+pub const SHARED_DIRS: &[&str] = &[
+    "/var", "/var/lib", "/opt", "/home", "/root", "/srv", "/mnt", "/media",
+];
 /// `snapshot.dir` when not given.
 pub const DEFAULT_SNAPSHOT_DIR: &str = "/var/lib/etcd-setup/snapshots";
 /// `snapshot.retain` when not given (k3s keeps 5 as well).
 pub const DEFAULT_RETAIN: u64 = 5;
-
-/// What happens to a snapshot beyond the newest `snapshot.retain`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prune {
-    /// Deleted (the default: a retention policy operators expect, as k3s prunes).
-    Delete,
-    /// Moved into the `pruned/` folder beside them, for the operator to remove.
-    MoveAside,
-}
 
 /// `[snapshot]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,8 +44,6 @@ pub struct SnapshotSettings {
     pub copy_dir: Option<PathBuf>,
     /// `snapshot.retain`: how many snapshots are kept in each folder.
     pub retain: u64,
-    /// `snapshot.prune`: `"delete"` or `"move-aside"`.
-    pub prune: Prune,
     /// `snapshot.timeout`: the longest snapshot save.
     pub timeout: Duration,
     /// `snapshot.stale_after`: a last snapshot older than this is a warning in status.
@@ -81,6 +89,16 @@ impl Checker<'_> {
         ports: &[(&str, u16)],
     ) -> Checked<Upkeep> {
         let quota_backend_bytes = self.size("etcd.quota_backend_bytes", quota, DEFAULT_QUOTA)?;
+        if quota_backend_bytes < MIN_QUOTA {
+            return Err(self.err(
+                "etcd.quota_backend_bytes",
+                format_args!(
+                    "{quota_backend_bytes} bytes is less than the 16 MiB floor: etcd takes \
+                     requests of up to 1.5 MiB, and a smaller quota raises NOSPACE after a \
+                     few writes with no room left to recover"
+                ),
+            ));
+        }
         if quota_backend_bytes > MAX_QUOTA {
             return Err(self.err(
                 "etcd.quota_backend_bytes",
@@ -117,17 +135,21 @@ impl Checker<'_> {
             ));
         }
         let retain = self.count("snapshot.retain", snapshot.retain, DEFAULT_RETAIN)?;
-        let prune = match self.string("snapshot.prune", snapshot.prune)? {
-            None => Prune::Delete,
-            Some(s) if s == "delete" => Prune::Delete,
-            Some(s) if s == "move-aside" => Prune::MoveAside,
+        // Older configurations said "delete" or "move-aside"; retention only ever moves
+        // aside now (nothing is deleted by a day-2 command), and both still load.
+        match self.string("snapshot.prune", snapshot.prune)? {
+            None => {}
+            Some(s) if s == "delete" || s == "move-aside" => {}
             Some(s) => {
                 return Err(self.err(
                     "snapshot.prune",
-                    format_args!("{s:?} is neither \"delete\" nor \"move-aside\""),
+                    format_args!(
+                        "{s:?} is not \"move-aside\" (older snapshots are always moved into \
+                         pruned/; the key may be left out)"
+                    ),
                 ))
             }
-        };
+        }
         let day = Duration::from_secs(24 * 3600);
         let timeout = self.duration(
             "snapshot.timeout",
@@ -166,6 +188,27 @@ impl Checker<'_> {
             Duration::from_secs(1800),
             day,
         )?;
+        for (key, value, floor) in [
+            ("snapshot.timeout", timeout, MIN_OPERATION_TIMEOUT),
+            (
+                "maintain.defrag_timeout",
+                defrag_timeout,
+                MIN_OPERATION_TIMEOUT,
+            ),
+            ("maintain.lock_wait", lock_wait, MIN_LOCK_WAIT),
+        ] {
+            if value < floor {
+                return Err(self.err(
+                    key,
+                    format_args!(
+                        "{} ms is shorter than the {} s floor; a healthy member could not \
+                         finish in that time",
+                        value.as_millis(),
+                        floor.as_secs()
+                    ),
+                ));
+            }
+        }
         Ok(Upkeep {
             quota_backend_bytes,
             prometheus_port,
@@ -173,7 +216,6 @@ impl Checker<'_> {
                 dir,
                 copy_dir,
                 retain,
-                prune,
                 timeout,
                 stale_after,
             },
@@ -184,5 +226,77 @@ impl Checker<'_> {
                 lock_wait,
             },
         })
+    }
+
+    /// Where snapshots may go, given the data dir and install.dir: not into etcd's data
+    /// or binaries, not into or under a system folder (nor one gone at reboot or anyone
+    /// may write), not a shared folder itself, and the copy apart from the snapshots.
+    /// Whether the folder is root's and closed to others is checked where it is used.
+    pub(super) fn snapshot_places(
+        &self,
+        snapshot: &SnapshotSettings,
+        data_dir: &Path,
+        install_dir: &Path,
+    ) -> Checked<()> {
+        let mut places = vec![("snapshot.dir", &snapshot.dir)];
+        if let Some(c) = &snapshot.copy_dir {
+            places.push(("snapshot.copy_dir", c));
+        }
+        let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+        for (key, dir) in places {
+            let shown = dir.display();
+            if overlap(dir, data_dir) {
+                return Err(self.err(
+                    key,
+                    format_args!(
+                        "{shown} overlaps etcd.data_dir {}; snapshots belong apart from the \
+                         data they restore",
+                        data_dir.display()
+                    ),
+                ));
+            }
+            if overlap(dir, install_dir) {
+                return Err(self.err(
+                    key,
+                    format_args!(
+                        "{shown} overlaps install.dir {}; snapshots belong apart from the \
+                         binaries",
+                        install_dir.display()
+                    ),
+                ));
+            }
+            if let Some(sys) = SYSTEM_DIRS.iter().find(|d| dir.starts_with(d)) {
+                return Err(self.err(
+                    key,
+                    format_args!(
+                        "{shown} lies in {sys}, a system folder (or one gone at reboot, or \
+                         one anyone may write); keep snapshots under e.g. {DEFAULT_SNAPSHOT_DIR}"
+                    ),
+                ));
+            }
+            if SHARED_DIRS.iter().any(|d| dir == Path::new(d)) {
+                return Err(self.err(
+                    key,
+                    format_args!(
+                        "{shown} is a shared system folder; name a folder of its own in it, \
+                         e.g. {shown}/etcd-snapshots"
+                    ),
+                ));
+            }
+        }
+        if let Some(c) = &snapshot.copy_dir {
+            if c.starts_with(&snapshot.dir) || snapshot.dir.starts_with(c) {
+                return Err(self.err(
+                    "snapshot.copy_dir",
+                    format_args!(
+                        "{} overlaps snapshot.dir {}; a copy belongs elsewhere (another disk \
+                         or mount)",
+                        c.display(),
+                        snapshot.dir.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }

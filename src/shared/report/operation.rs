@@ -9,8 +9,6 @@
 
 use super::{atomic_write, rfc3339, FILE_MODE, MAX_STATE};
 use serde::{Deserialize, Serialize};
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -90,16 +88,12 @@ impl Drop for OperationGuard {
 /// The operation recorded in `run_dir`, if any and readable (a broken record counts for
 /// nothing: it can only relax a verdict).
 pub fn read_operation(run_dir: &Path) -> Option<Operation> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
-        .open(run_dir.join(OPERATION_FILE))
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = Vec::new();
-    file.take(MAX_STATE).read_to_end(&mut text).ok()?;
+    let text = super::read_record(
+        &run_dir.join(OPERATION_FILE),
+        "an operation record",
+        MAX_STATE,
+    )
+    .ok()??;
     serde_json::from_slice(&text).ok()
 }
 

@@ -1,13 +1,14 @@
 //! The state files `status` answers from: the live copy and the persistent one.
 
 use super::atomic::atomic_write;
+use super::record::{read_record, RecordError};
 use super::time::{rfc3339, unix_ms};
 use super::{DIR_MODE, FILE_MODE, MAX_STATE, SCHEMA_VERSION, STATE_FILE};
 use crate::reason::{Failure, ReasonCode};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -337,12 +338,6 @@ enum ReadError {
 }
 
 /// Writes one copy, naming the file in the error.
-/// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC` for opening a state file.
-fn libc_flags() -> i32 {
-    use nix::fcntl::OFlag;
-    (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits()
-}
-
 fn write_state(path: &Path, state: &State) -> io::Result<()> {
     let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     if let Some(dir) = path.parent() {
@@ -357,63 +352,16 @@ fn write_state(path: &Path, state: &State) -> io::Result<()> {
     atomic_write(path, &json, FILE_MODE, None).map_err(named)
 }
 
-/// Reads one copy. The file is opened without following a symlink and without blocking
-/// (a FIFO put there must not hang the reader), and must be a regular file of at most
-/// [`MAX_STATE`] bytes: anything else is [`ReadError::Invalid`], saying what it is.
+/// Reads one copy, through [`read_record`] (no link followed, no blocking, a regular file
+/// of at most [`MAX_STATE`] bytes): anything else is [`ReadError::Invalid`], saying what
+/// it is.
 fn read_state(path: &Path) -> Result<Option<State>, ReadError> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let opened = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc_flags())
-        .open(path);
-    let file = match opened {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
-            let target = fs::read_link(path)
-                .map(|t| format!(" to {}", t.display()))
-                .unwrap_or_default();
-            return Err(ReadError::Invalid(format!(
-                "is a symbolic link{target}, not a file the agent wrote"
-            )));
-        }
-        Err(e) => return Err(ReadError::Io(e)),
+    let bytes = match read_record(path, "a state file", MAX_STATE) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
+        Err(RecordError::Io(e)) => return Err(ReadError::Io(e)),
+        Err(RecordError::Invalid(why)) => return Err(ReadError::Invalid(why)),
     };
-    let meta = file.metadata().map_err(ReadError::Io)?;
-    let kind = meta.file_type();
-    if !kind.is_file() {
-        let what = if kind.is_dir() {
-            "a directory"
-        } else if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_socket() {
-            "a socket"
-        } else if kind.is_char_device() {
-            "a character device"
-        } else if kind.is_block_device() {
-            "a block device"
-        } else {
-            "not a regular file"
-        };
-        return Err(ReadError::Invalid(format!(
-            "is {what}, not a file the agent wrote"
-        )));
-    }
-    if meta.len() > MAX_STATE {
-        return Err(ReadError::Invalid(format!(
-            "is {} bytes, larger than the {MAX_STATE} a state file may be",
-            meta.len()
-        )));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_STATE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(ReadError::Io)?;
-    if bytes.len() as u64 > MAX_STATE {
-        return Err(ReadError::Invalid(format!(
-            "is larger than the {MAX_STATE} bytes a state file may be"
-        )));
-    }
     // The version first, so a later schema is told apart from a corrupt file.
     #[derive(Deserialize)]
     struct Version {

@@ -4,7 +4,7 @@
 use super::{atomic_write, rfc3339, FILE_MODE, MAX_STATE};
 use crate::reason::{Failure, ReasonCode};
 use serde::{Deserialize, Serialize};
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -55,6 +55,14 @@ pub struct SnapshotRecord {
     /// The last failure, when it came after the last good snapshot.
     #[serde(default)]
     pub failure: Option<SnapshotFailure>,
+    /// The last good snapshot's copy into `snapshot.copy_dir` failed (the snapshot itself
+    /// is kept in `snapshot.dir`, and is `last`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_failure: Option<SnapshotFailure>,
+    /// What the last good snapshot's run warned about (names from the future in a
+    /// snapshot folder, …); status shows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// `snapshot.stale_after` in seconds when the record was written: status warns when
     /// the last good snapshot is older.
     #[serde(default)]
@@ -66,16 +74,18 @@ pub fn snapshot_record_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SNAPSHOT_RECORD)
 }
 
-/// Reads the record in `state_dir`; `None` when no snapshot ran yet.
+/// Reads the record in `state_dir` (through [`super::read_record`]: a FIFO, a link or a
+/// huge file there is an error at once, never a wait); `None` when no snapshot ran yet.
 pub fn read_snapshot_record(state_dir: &Path) -> io::Result<Option<SnapshotRecord>> {
     let path = snapshot_record_path(state_dir);
-    let file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    let bytes = match super::read_record(&path, "a snapshot record", MAX_STATE) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
+        Err(super::RecordError::Io(e)) => return Err(e),
+        Err(super::RecordError::Invalid(why)) => {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, why))
+        }
     };
-    let mut bytes = Vec::new();
-    file.take(MAX_STATE).read_to_end(&mut bytes)?;
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
@@ -96,17 +106,37 @@ pub fn record_snapshot(
     taken: SnapshotTaken,
     stale_after: Duration,
 ) -> Result<(), Failure> {
+    record_snapshot_kept(state_dir, taken, None, Vec::new(), stale_after)
+}
+
+/// Records a good snapshot with what its run also says: the failure of its copy into
+/// `snapshot.copy_dir` (at the snapshot's time), and its warnings.
+pub fn record_snapshot_kept(
+    state_dir: &Path,
+    taken: SnapshotTaken,
+    copy_failure: Option<&Failure>,
+    warnings: Vec<String>,
+    stale_after: Duration,
+) -> Result<(), Failure> {
+    let copy_failure = copy_failure.map(|f| SnapshotFailure {
+        time: taken.time.clone(),
+        code: f.code,
+        message: f.message.clone(),
+    });
     write(
         state_dir,
         &SnapshotRecord {
             last: Some(taken),
             failure: None,
+            copy_failure,
+            warnings,
             stale_after_s: Some(stale_after.as_secs()),
         },
     )
 }
 
-/// Records a failed snapshot at `now`, keeping the last good one.
+/// Records a failed snapshot at `now`, keeping the last good one while its file is still
+/// there (the record never names a snapshot that is gone).
 pub fn record_snapshot_failure(
     state_dir: &Path,
     failure: &Failure,
@@ -116,7 +146,8 @@ pub fn record_snapshot_failure(
     let last = read_snapshot_record(state_dir)
         .ok()
         .flatten()
-        .and_then(|r| r.last);
+        .and_then(|r| r.last)
+        .filter(|l| std::fs::symlink_metadata(&l.file).is_ok_and(|m| m.file_type().is_file()));
     write(
         state_dir,
         &SnapshotRecord {
@@ -126,6 +157,8 @@ pub fn record_snapshot_failure(
                 code: failure.code,
                 message: failure.message.clone(),
             }),
+            copy_failure: None,
+            warnings: Vec::new(),
             stale_after_s: Some(stale_after.as_secs()),
         },
     )
