@@ -245,7 +245,7 @@ pub fn needs_defrag(s: &Settings, m: &MemberView) -> bool {
 
 /// One maintenance run.
 pub fn maintain(s: &Settings) -> Result<Done, Failure> {
-    let own = super::own_client(s);
+    let own = crate::cluster::lifecycle::Node::from_settings(s).own_client();
     let alarms = own
         .alarm_list()
         .map_err(|e| unhealthy(format!("cannot list the alarms: {e}")))?;

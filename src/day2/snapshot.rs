@@ -17,8 +17,10 @@
 //! files 0600, owned by root.
 
 use super::tools::{self, FileStatus};
+use crate::cluster::lifecycle::Node;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::{Prune, Settings};
+use crate::shared::member::ThisMember;
 use crate::shared::report::{self, SnapshotTaken};
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -134,7 +136,7 @@ fn prune(dir: &Path, retain: u64, how: Prune) -> Result<Vec<(PathBuf, Option<Pat
 /// Verifies a written snapshot: its SHA-256 trailer and etcd's own status of it.
 pub fn verify(s: &Settings, file: &Path) -> Result<FileStatus, Failure> {
     tools::check_trailer(file)?;
-    tools::file_status(&tools::snapshot_tool(&s.install_dir), file)
+    tools::file_status(ThisMember::of(s).snapshot_tool(), file)
 }
 
 /// Takes, verifies, places, copies and prunes a snapshot at `now`.
@@ -144,8 +146,8 @@ pub fn take(s: &Settings, now: SystemTime) -> Result<Outcome, Failure> {
     remove_partials(&cfg.dir);
     let ts = super::stamp_ms(now);
     let partial = cfg.dir.join(format!(".partial-{ts}{SUFFIX}"));
-    let endpoint = super::own_endpoint(s);
-    let client = super::own_client(s);
+    let endpoint = ThisMember::of(s).client_url;
+    let client = Node::from_settings(s).own_client();
     // Asked first, within etcdctl's short timeouts: a save to a member that is down would
     // wait out all of snapshot.timeout redialling it.
     client.endpoint_status().map_err(|e| {

@@ -6,18 +6,8 @@ use crate::reason::{Failure, ReasonCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-/// The tool for snapshot files in `install_dir`: etcdutl when installed, else etcdctl.
-pub fn snapshot_tool(install_dir: &Path) -> PathBuf {
-    let etcdutl = install_dir.join("etcdutl");
-    if etcdutl.is_file() {
-        etcdutl
-    } else {
-        install_dir.join("etcdctl")
-    }
-}
 
 /// What `snapshot status` says of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -227,13 +217,19 @@ mod tests {
             Duration::from_secs(120),
         )
         .expect_err("the child failed");
-        assert!(e.ends_with("failed (exit status: 3): the last line counts"), "{e}");
+        assert!(
+            e.ends_with("failed (exit status: 3): the last line counts"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_child_past_its_deadline_is_killed() {
         let e = sh("exec sleep 1000", Duration::from_millis(200)).expect_err("killed");
-        assert!(e.contains("did not finish within 0 s and was killed"), "{e}");
+        assert!(
+            e.contains("did not finish within 0 s and was killed"),
+            "{e}"
+        );
     }
 
     const FIFO_ENV: &str = "ETCD_SETUP_TEST_TOOLS_FIFO";
@@ -245,7 +241,7 @@ mod tests {
     #[test]
     fn the_child_dies_with_the_process_that_ran_it() {
         if let Some(fifo) = std::env::var_os(FIFO_ENV) {
-            let fifo = PathBuf::from(fifo);
+            let fifo = std::path::PathBuf::from(fifo);
             let _ = sh(
                 &format!("echo $$ > '{}'; exec sleep 1000", fifo.display()),
                 Duration::from_secs(1000),
@@ -279,7 +275,11 @@ mod tests {
         };
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let pidfd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) } as i32;
-        assert!(pidfd >= 0, "pidfd_open({pid}): {}", std::io::Error::last_os_error());
+        assert!(
+            pidfd >= 0,
+            "pidfd_open({pid}): {}",
+            std::io::Error::last_os_error()
+        );
         parent.kill().unwrap();
         parent.wait().unwrap();
         // A pidfd turns readable when its process exited.

@@ -174,7 +174,7 @@ fn upgrade(
     args: &UpgradeArgs,
     record: &mut Recorder,
 ) -> Result<String, Failure> {
-    let metrics = SocketAddr::from(([127, 0, 0, 1], settings.metrics_port));
+    let metrics = crate::shared::member::ThisMember::of(settings).metrics;
     let installed = running_version(metrics)?;
     record.record.from = installed.to_string();
 
