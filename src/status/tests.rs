@@ -473,7 +473,7 @@ fn an_advisory_and_an_upgrade_under_way_show_in_json_and_text() {
     let mut s = confirmed(Some(0));
     s.advisories = crate::shared::advisory::lines("3.5.1");
     s.upgrade = Some(crate::shared::report::UpgradeRecord {
-        phase: "waiting-for-lock".into(),
+        phase: crate::shared::report::UpgradePhase::WaitingForLock,
         from: "3.5.1".into(),
         to: "3.5.16".into(),
         progress: "waiting for the cluster lock etcd-setup/upgrade".into(),
@@ -511,6 +511,6 @@ fn an_advisory_and_an_upgrade_under_way_show_in_json_and_text() {
     );
     // A finished upgrade is history: the one line does not say "upgrading".
     let mut done = a.clone();
-    done.upgrade.as_mut().unwrap().phase = "done".into();
+    done.upgrade.as_mut().unwrap().phase = crate::shared::report::UpgradePhase::Done;
     assert!(!text_line(&done).contains("upgrading"));
 }
