@@ -6,9 +6,10 @@
 //! snapshot files `etcdutl` (3.5) or `etcdctl` (3.4, which has no etcdutl) via
 //! [`tools`].
 //!
-//! The member is asked at its own client URL on the node IP (`scheme://node.ip:client_port`),
-//! the URL its TLS certificate is issued for; etcd also listens on 127.0.0.1, but a
-//! certificate need not name it.
+//! The member is asked at its own client URL on the node IP
+//! ([`crate::shared::member::ThisMember`], through
+//! [`crate::cluster::lifecycle::Node::own_client`]), the URL its TLS certificate is issued
+//! for; etcd also listens on 127.0.0.1, but a certificate need not name it.
 
 pub mod leave;
 pub mod maintain;
@@ -17,31 +18,9 @@ pub mod snapshot;
 pub mod tools;
 pub mod upgrade;
 
-use crate::cluster::etcd::Client;
 use crate::exit::upkeep as exit;
 use crate::reason::{Failure, ReasonCode};
-use crate::shared::config::{scheme, url_host, Settings};
-use std::path::{Path, PathBuf};
-
-/// This member's client URL.
-pub fn own_endpoint(s: &Settings) -> String {
-    format!(
-        "{}://{}:{}",
-        scheme(s.tls.client.is_some()),
-        url_host(s.node_ip),
-        s.client_port
-    )
-}
-
-/// The installed etcdctl.
-pub fn etcdctl(s: &Settings) -> PathBuf {
-    s.install_dir.join("etcdctl")
-}
-
-/// A client of this member only.
-pub fn own_client(s: &Settings) -> Client {
-    Client::new(etcdctl(s), vec![own_endpoint(s)], s.tls.client.clone())
-}
+use std::path::Path;
 
 /// The exit code for a failure of a day-2 command.
 pub fn exit_code(f: &Failure) -> u8 {

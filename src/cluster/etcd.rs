@@ -26,7 +26,7 @@
 //! process ([`ClusterLock`]): its session lease expires `ttl` seconds after the holder
 //! died, even by SIGKILL of both of us.
 
-mod command;
+pub(crate) mod command;
 mod error;
 mod id;
 mod json;

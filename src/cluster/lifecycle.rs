@@ -1,25 +1,25 @@
 //! A member's life in its cluster: joining an existing cluster (also after this node's
 //! member was removed), and leaving it. Library code; `run` and the CLI call it.
 //!
-//! **How `run` calls joining** (before it starts etcd, after installing it):
+//! **How `run` calls joining** (before it starts etcd, after installing it; also when the
+//! data dir is empty on a later boot, and after etcd exited as a removed member):
 //! ```text
 //! let node = lifecycle::Node::from_settings(&settings);
-//! match lifecycle::join::decide(&node, JOIN_WAIT, &mut progress)? {   // Failure: join-blocked,
-//!     Decision::StartAsConfigured { .. } => start etcd as today,      //   cluster-mismatch via Refuse
-//!     Decision::Refuse { code, why } => fail with Failure::new(code, why), etcd stays off,
-//!     Decision::Wait { .. } => unreachable (decide waits itself),
-//!     d @ Decision::Join { .. } => {
-//!         let plan = lifecycle::join::prepare(&node, &d, &mut progress)?;
-//!         write etcd's unit with --initial-cluster=plan.initial_cluster
-//!             and --initial-cluster-state=existing; start etcd; await its client port;
-//!         lifecycle::join::promote(&node, &plan, PROMOTE_TIMEOUT, &mut progress)?;
-//!     }
+//! let plan = lifecycle::start::before_start(&node, join_wait, &mut progress)?;
+//!     // join::decide (waits itself; Refuse -> its Failure: join-blocked, cluster-mismatch),
+//!     // then None: start as configured, or Some(join::prepare(..)): the learner added
+//! write etcd's unit and env from `plan` (Some: --initial-cluster=plan.initial_cluster,
+//!     --initial-cluster-state=existing); start etcd and follow the job;
+//! if let Some(plan) = &plan {
+//!     lifecycle::join::promote(&node, plan, settings.start_timeout, &mut progress)?;
 //! }
+//! then /health on the metrics port.
 //! ```
 //! `progress` gets [`join::Progress`] values for status ("joining the existing cluster as
 //! a learner", "promoted to voting member") and the timeline. When etcd exits with "the
 //! member has been removed from the cluster" ([`crate::cluster::etcd::says_member_removed`] on its
-//! journal), stop it and run the same decision: it returns a join with `move_aside`.
+//! journal), `run` stops it and calls `before_start` once more: the decision then is a
+//! join with `move_aside`.
 //!
 //! **How the `leave` command calls leaving**:
 //! ```text

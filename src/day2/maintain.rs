@@ -22,9 +22,9 @@
 //!
 //! A CORRUPT alarm stops everything: it is for an operator (`etcd-corrupt`).
 
-use crate::cluster::etcd::{
-    each_endpoint, AlarmKind, Client, EndpointStatus, ErrorKind, EtcdError,
-};
+use crate::cluster::etcd::{AlarmKind, Client, ErrorKind, EtcdError};
+use crate::cluster::lifecycle::survey::{self, MemberView};
+use crate::cluster::lifecycle::Node;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::Settings;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -37,32 +37,6 @@ pub const LOCK_TTL: Duration = Duration::from_secs(30);
 /// share of the quota, in percent: a quarter of it free, so that the alarm does not come
 /// straight back with the next writes.
 pub const RECOVERED_PERCENT: u64 = 75;
-
-/// One member as maintenance sees it.
-#[derive(Debug, Clone)]
-pub struct MemberView {
-    /// Its name.
-    pub name: String,
-    /// Its client URL.
-    pub endpoint: String,
-    /// Its status.
-    pub status: EndpointStatus,
-}
-
-impl MemberView {
-    /// Whether it leads.
-    pub fn is_leader(&self) -> bool {
-        self.status.leader == self.status.member_id
-    }
-
-    /// The share of its database file not in use, in percent; `None` when etcd does not
-    /// say (etcd before 3.4).
-    pub fn fragmented_percent(&self) -> Option<u64> {
-        let in_use = self.status.db_size_in_use?;
-        let size = self.status.db_size.max(1);
-        Some(size.saturating_sub(in_use) * 100 / size)
-    }
-}
 
 fn unhealthy(message: String) -> Failure {
     Failure::new(ReasonCode::ClusterUnhealthy, message)
@@ -83,63 +57,64 @@ fn unix_ms() -> u128 {
         .map_or(0, |d| d.as_millis())
 }
 
-/// Every started member with its status; a member that does not answer makes the
-/// cluster unhealthy.
-pub fn members(own: &Client) -> Result<Vec<MemberView>, Failure> {
-    let list = own
-        .member_list()
-        .map_err(|e| unhealthy(format!("cannot list the members: {e}")))?;
-    let started: Vec<_> = list
-        .members
-        .into_iter()
-        .filter(|m| !m.client_urls.is_empty())
-        .collect();
-    let endpoints: Vec<String> = started.iter().map(|m| m.client_urls[0].clone()).collect();
-    let all = own.with_endpoints(endpoints);
-    let statuses = each_endpoint(&all, |one| {
-        one.endpoint_status().and_then(|mut v| {
-            v.pop().ok_or_else(|| {
-                EtcdError::new(
+/// Every started member with its status, from the one survey of this member's list; a
+/// member that does not answer makes the cluster unhealthy.
+pub fn members(node: &Node) -> Result<Vec<MemberView>, Failure> {
+    let seen = survey::survey(node, node.own_client_url().into_iter().collect(), &[]);
+    if seen.list().is_none() {
+        return Err(unhealthy(format!(
+            "cannot list the members: {}",
+            seen.list_error()
+                .map_or_else(|| "no client URL to ask".to_string(), |e| e.to_string())
+        )));
+    }
+    let mut out = Vec::new();
+    for m in seen.view(node) {
+        if m.endpoint.is_empty() {
+            // Never started: nothing to defragment.
+            continue;
+        }
+        let answer = seen
+            .answers
+            .iter()
+            .find(|(i, _)| *i == m.id)
+            .map(|(_, a)| a);
+        let Some(status) = &m.status else {
+            let why = match answer.map(|a| &a.status) {
+                Some(Err(e)) => e.to_string(),
+                _ => EtcdError::new(
                     ErrorKind::Parse,
                     "endpoint status",
-                    one.endpoints(),
+                    std::slice::from_ref(&m.endpoint),
                     "no answer",
                 )
-            })
-        })
-    });
-    let mut out = Vec::new();
-    for (m, (endpoint, status)) in started.into_iter().zip(statuses) {
-        let status = status.map_err(|e| {
-            unhealthy(format!(
-                "member {} at {endpoint} does not answer: {e}",
-                m.name
-            ))
-        })?;
+                .to_string(),
+            };
+            return Err(unhealthy(format!(
+                "member {} at {} does not answer: {why}",
+                m.name, m.endpoint
+            )));
+        };
         if status.leader.0 == 0 {
             return Err(unhealthy(format!(
-                "member {} at {endpoint} has no leader",
-                m.name
+                "member {} at {} has no leader",
+                m.name, m.endpoint
             )));
         }
-        out.push(MemberView {
-            name: m.name,
-            endpoint,
-            status,
-        });
+        out.push(m);
     }
     Ok(out)
 }
 
 /// Followers first (by name), the leader last.
 fn leader_last(mut v: Vec<MemberView>) -> Vec<MemberView> {
-    v.sort_by(|a, b| (a.is_leader(), &a.name).cmp(&(b.is_leader(), &b.name)));
+    v.sort_by(|a, b| (a.is_leader, &a.name).cmp(&(b.is_leader, &b.name)));
     v
 }
 
 /// Defragments `m`, printing one line with its sizes and times.
 fn defragment(client: &Client, m: &MemberView, timeout: Duration) -> Result<(), Failure> {
-    let role = if m.is_leader() { "leader" } else { "follower" };
+    let role = if m.is_leader { "leader" } else { "follower" };
     let start = unix_ms();
     let t = Instant::now();
     client.defrag(&m.endpoint, timeout).map_err(failed)?;
@@ -157,7 +132,7 @@ fn defragment(client: &Client, m: &MemberView, timeout: Duration) -> Result<(), 
             "defragmented {} ({role}) {}: {} -> {after} in {:.2} s [{start}..{end}]",
             m.name,
             m.endpoint,
-            mib(m.status.db_size),
+            mib(m.db_size()),
             took.as_secs_f64()
         ))
     ));
@@ -174,17 +149,26 @@ pub struct Done {
 }
 
 /// NOSPACE: compact, defragment every member, disarm when space came back.
-fn recover_nospace(s: &Settings, own: &Client, members: Vec<MemberView>) -> Result<Done, Failure> {
+fn recover_nospace(
+    s: &Settings,
+    node: &Node,
+    own: &Client,
+    members: Vec<MemberView>,
+) -> Result<Done, Failure> {
     let cfg = &s.upkeep.maintain;
     let quota = s.upkeep.quota_backend_bytes;
-    let revision = members.iter().map(|m| m.status.revision).max().unwrap_or(0);
+    let revision = members
+        .iter()
+        .filter_map(|m| m.status.as_ref().map(|s| s.revision))
+        .max()
+        .unwrap_or(0);
     crate::shared::output::print(&format!(
         "{}\n",
         crate::shared::printable::line(&format!(
             "NOSPACE: databases {}; quota {}; compacting to revision {revision}",
             members
                 .iter()
-                .map(|m| format!("{} {}", m.name, mib(m.status.db_size)))
+                .map(|m| format!("{} {}", m.name, mib(m.db_size())))
                 .collect::<Vec<_>>()
                 .join(", "),
             mib(quota)
@@ -200,9 +184,9 @@ fn recover_nospace(s: &Settings, own: &Client, members: Vec<MemberView>) -> Resu
         defragment(own, &m, cfg.defrag_timeout)?;
         done.defragmented.push(m.name.clone());
     }
-    let after = members_or_fail(own)?;
+    let after = self::members(node)?;
     let limit = quota / 100 * RECOVERED_PERCENT;
-    if let Some(full) = after.iter().find(|m| m.status.db_size >= limit) {
+    if let Some(full) = after.iter().find(|m| m.db_size() >= limit) {
         return Err(Failure::new(
             ReasonCode::EtcdNospace,
             format!(
@@ -210,7 +194,7 @@ fn recover_nospace(s: &Settings, own: &Client, members: Vec<MemberView>) -> Resu
                  compaction and defragmentation; the alarm stays. Delete keys (or raise \
                  etcd.quota_backend_bytes) and run `etcd-setup maintain` again",
                 full.name,
-                mib(full.status.db_size),
+                mib(full.db_size()),
                 mib(quota)
             ),
         ));
@@ -222,7 +206,7 @@ fn recover_nospace(s: &Settings, own: &Client, members: Vec<MemberView>) -> Resu
             "disarmed NOSPACE: databases now {}",
             after
                 .iter()
-                .map(|m| format!("{} {}", m.name, mib(m.status.db_size)))
+                .map(|m| format!("{} {}", m.name, mib(m.db_size())))
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
@@ -231,21 +215,18 @@ fn recover_nospace(s: &Settings, own: &Client, members: Vec<MemberView>) -> Resu
     Ok(done)
 }
 
-fn members_or_fail(own: &Client) -> Result<Vec<MemberView>, Failure> {
-    members(own)
-}
-
 /// Whether member `m` passes the thresholds.
 pub fn needs_defrag(s: &Settings, m: &MemberView) -> bool {
     let cfg = &s.upkeep.maintain;
-    m.status.db_size >= cfg.min_db_size
+    m.db_size() >= cfg.min_db_size
         && m.fragmented_percent()
             .is_some_and(|p| p >= cfg.min_fragmented_percent)
 }
 
 /// One maintenance run.
 pub fn maintain(s: &Settings) -> Result<Done, Failure> {
-    let own = super::own_client(s);
+    let node = Node::from_settings(s);
+    let own = node.own_client();
     let alarms = own
         .alarm_list()
         .map_err(|e| unhealthy(format!("cannot list the alarms: {e}")))?;
@@ -260,9 +241,9 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
             ),
         ));
     }
-    let seen = members(&own)?;
+    let seen = members(&node)?;
     if alarms.iter().any(|a| a.kind == AlarmKind::NoSpace) {
-        return recover_nospace(s, &own, seen);
+        return recover_nospace(s, &node, &own, seen);
     }
     if !seen.iter().any(|m| needs_defrag(s, m)) {
         print_nothing(s, &seen);
@@ -279,7 +260,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
             _ => failed(e),
         })?;
     // Another node may have done the work while we waited.
-    let members = members_or_fail(&own)?;
+    let members = members(&node)?;
     let mut done = Done::default();
     let todo: Vec<String> = leader_last(members.clone())
         .into_iter()
@@ -291,7 +272,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
     }
     for name in todo {
         // Every member answers before each defragmentation, and the leader is known now.
-        let now = members_or_fail(&own)?;
+        let now = self::members(&node)?;
         let Some(m) = now.into_iter().find(|m| m.name == name) else {
             continue;
         };
@@ -322,7 +303,7 @@ fn print_nothing(s: &Settings, members: &[MemberView]) {
                 .map(|m| format!(
                     "{} {} ({}% unused)",
                     m.name,
-                    mib(m.status.db_size),
+                    mib(m.db_size()),
                     m.fragmented_percent()
                         .map_or("?".to_string(), |p| p.to_string())
                 ))

@@ -22,9 +22,10 @@
 
 use super::tools::{self, RestoreTo};
 use crate::reason::{Failure, ReasonCode};
-use crate::shared::config::{scheme, url_host, Settings};
+use crate::shared::config::Settings;
+use crate::shared::member::ThisMember;
 use std::fs;
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -143,11 +144,12 @@ pub fn restore(
     if !skip_hash_check {
         tools::check_trailer(file)?;
     }
-    let tool = tools::snapshot_tool(&s.install_dir);
-    let status = tools::file_status(&tool, file)?;
+    let member = ThisMember::of(s);
+    let tool = member.snapshot_tool();
+    let status = tools::file_status(tool, file)?;
 
     etcd.stop()?;
-    let client = SocketAddr::new(s.node_ip, s.client_port);
+    let client = member.client_addr;
     if TcpStream::connect_timeout(&client, Duration::from_millis(500)).is_ok() {
         return Err(failed(format!(
             "etcd still serves at {client} on {}; stop it before its data dir is replaced",
@@ -161,19 +163,13 @@ pub fn restore(
         // Our own output of an earlier attempt this very second: not data.
         fs::remove_dir_all(&new).map_err(|e| Failure::io(&new, "cannot remove", e))?;
     }
-    let peer_url = format!(
-        "{}://{}:{}",
-        scheme(s.tls.peer.is_some()),
-        url_host(s.node_ip),
-        s.peer_port
-    );
     let initial_cluster = crate::shared::unit::Membership::configured(s).initial_cluster;
     tools::restore(
-        &tool,
+        tool,
         file,
         &RestoreTo {
             name: &s.node_name,
-            peer_url: &peer_url,
+            peer_url: &member.peer_url,
             initial_cluster: &initial_cluster,
             token: &s.cluster_token,
             data_dir: &new,

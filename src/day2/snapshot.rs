@@ -29,8 +29,10 @@ pub mod folder;
 pub mod names;
 
 use super::tools::{self, FileStatus};
+use crate::cluster::lifecycle::Node;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::Settings;
+use crate::shared::member::ThisMember;
 use crate::shared::report::{self, SnapshotTaken};
 use folder::{Folder, Staged, STAGING};
 use std::fs;
@@ -196,7 +198,7 @@ fn retain(
 /// Verifies a written snapshot: its SHA-256 trailer and etcd's own status of it.
 pub fn verify(s: &Settings, file: &Path) -> Result<FileStatus, Failure> {
     tools::check_trailer(file)?;
-    tools::file_status(&tools::snapshot_tool(&s.install_dir), file)
+    tools::file_status(ThisMember::of(s).snapshot_tool(), file)
 }
 
 /// Takes, verifies, places, copies and keeps `snapshot.retain` deep a snapshot at `now`,
@@ -211,8 +213,8 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     let staging = dir.private(STAGING)?;
     folder::remove_dead_partials(&staging, &s.node_name);
     remove_old_partials(&dir);
-    let endpoint = super::own_endpoint(s);
-    let client = super::own_client(s);
+    let endpoint = ThisMember::of(s).client_url;
+    let client = Node::from_settings(s).own_client();
     // Asked first, within etcdctl's short timeouts: a save to a member that is down would
     // wait out all of snapshot.timeout redialling it. It names the cluster too.
     let cluster = client

@@ -6,20 +6,8 @@ use crate::reason::{Failure, ReasonCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::Duration;
-
-/// The tool for snapshot files in `install_dir`: etcdutl when installed, else etcdctl.
-pub fn snapshot_tool(install_dir: &Path) -> PathBuf {
-    let etcdutl = install_dir.join("etcdutl");
-    if etcdutl.is_file() {
-        etcdutl
-    } else {
-        install_dir.join("etcdctl")
-    }
-}
 
 /// What `snapshot status` says of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -36,59 +24,26 @@ pub struct FileStatus {
     pub total_size: u64,
 }
 
-/// Runs `program ARGS` with a clean environment, killed after `deadline`; its stdout,
-/// or its last stderr line as the error.
+/// Runs `program ARGS` through the one child runner ([`crate::cluster::etcd::command`]: a
+/// clean environment, killed after `deadline` and when we die, stdout and stderr capped
+/// but read to their end); its stdout, or its last stderr line as the error.
 pub fn run(program: &Path, args: &[String], deadline: Duration) -> Result<Vec<u8>, String> {
+    use crate::cluster::etcd::{command, ErrorKind};
     let shown = format!("{} {}", program.display(), args.join(" "));
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .env("ETCDCTL_API", "3")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take();
-    let err = child.stderr.take();
-    std::thread::spawn(move || {
-        let read = |r: Option<Box<dyn Read + Send>>| {
-            std::thread::spawn(move || {
-                let mut v = Vec::new();
-                if let Some(r) = r {
-                    let _ = r.take(4 << 20).read_to_end(&mut v);
-                }
-                v
-            })
-        };
-        let o = read(out.map(|o| Box::new(o) as Box<dyn Read + Send>));
-        let e = read(err.map(|e| Box::new(e) as Box<dyn Read + Send>));
-        let status = child.wait();
-        let _ = tx.send((
-            status,
-            o.join().unwrap_or_default(),
-            e.join().unwrap_or_default(),
-        ));
-    });
-    let (status, stdout, stderr) = match rx.recv_timeout(deadline) {
-        Ok(r) => r,
-        Err(_) => {
-            // Not reaped yet (the waiter reaps only after it exits): the PID is its own.
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-            return Err(format!(
-                "{shown} did not finish within {} s and was killed",
-                deadline.as_secs()
-            ));
-        }
-    };
-    let status = status.map_err(|e| format!("waiting for {shown}: {e}"))?;
-    if status.success() {
-        Ok(stdout)
+    let mut cmd = command::command(program, nix::sys::signal::Signal::SIGKILL);
+    cmd.args(args);
+    let out = command::run(cmd, deadline, &shown, &[]).map_err(|e| match e.kind {
+        ErrorKind::Timeout => format!(
+            "{shown} did not finish within {} s and was killed",
+            deadline.as_secs()
+        ),
+        _ => e.line,
+    })?;
+    if out.status.success() {
+        Ok(out.stdout)
     } else {
-        let line = crate::cluster::etcd::error_line(&stderr);
-        Err(format!("{shown} failed ({status}): {line}"))
+        let line = crate::cluster::etcd::error_line(&out.stderr);
+        Err(format!("{shown} failed ({}): {line}", out.status))
     }
 }
 
@@ -230,4 +185,119 @@ pub fn restore(
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::etcd::command::MAX_STDOUT;
+
+    fn sh(script: &str, deadline: Duration) -> Result<Vec<u8>, String> {
+        run(
+            Path::new("/bin/sh"),
+            &["-c".to_string(), script.to_string()],
+            deadline,
+        )
+    }
+
+    /// 8 MiB on stdout and on stderr, twice each cap: a runner that stops reading at
+    /// its cap leaves the child blocked on a full pipe until the deadline kills it.
+    #[test]
+    fn a_chatty_child_runs_to_its_end_and_its_output_is_capped() {
+        let out = sh(
+            "head -c 8388608 /dev/zero; head -c 8388608 /dev/zero >&2",
+            Duration::from_secs(120),
+        )
+        .expect("the child ran to its end");
+        assert_eq!(out.len(), MAX_STDOUT);
+
+        let e = sh(
+            "head -c 8388608 /dev/zero | tr '\\0' x >&2; echo >&2; \
+             echo 'Error: the last line counts' >&2; exit 3",
+            Duration::from_secs(120),
+        )
+        .expect_err("the child failed");
+        assert!(
+            e.ends_with("failed (exit status: 3): the last line counts"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_child_past_its_deadline_is_killed() {
+        let e = sh("exec sleep 1000", Duration::from_millis(200)).expect_err("killed");
+        assert!(
+            e.contains("did not finish within 0 s and was killed"),
+            "{e}"
+        );
+    }
+
+    const FIFO_ENV: &str = "ETCD_SETUP_TEST_TOOLS_FIFO";
+    const THIS_TEST: &str = "day2::tools::tests::the_child_dies_with_the_process_that_ran_it";
+
+    /// This test binary, run again as the parent, runs a child through [`run`] that
+    /// tells its pid through a FIFO and sleeps; the parent is killed outright, and the
+    /// child must die with it (`PR_SET_PDEATHSIG`) rather than sleep on.
+    #[test]
+    fn the_child_dies_with_the_process_that_ran_it() {
+        if let Some(fifo) = std::env::var_os(FIFO_ENV) {
+            let fifo = std::path::PathBuf::from(fifo);
+            let _ = sh(
+                &format!("echo $$ > '{}'; exec sleep 1000", fifo.display()),
+                Duration::from_secs(1000),
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pid");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let mut parent = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([THIS_TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(FIFO_ENV, &fifo)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Opening the FIFO waits for the child's write: an event, bounded here in case
+        // the parent never gets that far.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::fs::read_to_string(reader));
+        });
+        let said = rx.recv_timeout(Duration::from_secs(60));
+        let pid: i32 = match said {
+            Ok(Ok(text)) => text.trim().parse().unwrap(),
+            other => {
+                let _ = parent.kill();
+                panic!("the child never told its pid: {other:?}");
+            }
+        };
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let pidfd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) } as i32;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open({pid}): {}",
+            std::io::Error::last_os_error()
+        );
+        parent.kill().unwrap();
+        parent.wait().unwrap();
+        // A pidfd turns readable when its process exited.
+        let mut poll = nix::libc::pollfd {
+            fd: pidfd,
+            events: nix::libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; the descriptor is ours and closed right after.
+        let ready = unsafe { nix::libc::poll(&mut poll, 1, 60_000) };
+        // SAFETY: closing the descriptor pidfd_open gave us.
+        unsafe { nix::libc::close(pidfd) };
+        if ready != 1 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        assert_eq!(ready, 1, "the child {pid} outlived the process that ran it");
+    }
 }

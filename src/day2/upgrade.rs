@@ -30,6 +30,7 @@ pub mod rules;
 use crate::cli::UpgradeArgs;
 use crate::cluster::etcd::{self, Client};
 use crate::cluster::health::{self, Health};
+use crate::cluster::lifecycle::survey::MemberView;
 use crate::cluster::lifecycle::Node;
 use crate::exit::upgrade as exit;
 use crate::reason::{Failure, ReasonCode};
@@ -40,10 +41,10 @@ use crate::road::source;
 use crate::shared::advisory::{self, Version};
 use crate::shared::config::{self, Settings};
 use crate::shared::lock::{RunLock, LOCK_FILE};
-use crate::shared::report::{rfc3339, Phase, State, UpgradeRecord};
+use crate::shared::report::{rfc3339, Phase, State, UpgradePhase, UpgradeRecord};
 use crate::shared::systemd::{self, JobResult, Systemd};
 use crate::shared::unit::ETCD_UNIT;
-use rules::{MemberView, Step};
+use rules::Step;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -76,7 +77,14 @@ pub fn command(args: &UpgradeArgs) -> u8 {
         }
         Err(f) => {
             let refused = is_refusal(f.code);
-            record.set(if refused { "refused" } else { "failed" }, &f.headline());
+            record.set(
+                if refused {
+                    UpgradePhase::Refused
+                } else {
+                    UpgradePhase::Failed
+                },
+                &f.headline(),
+            );
             eprintln!("etcd-setup upgrade: {}", f.headline());
             if let Some(detail) = &f.source {
                 eprintln!("    {detail:#}");
@@ -124,7 +132,7 @@ impl Recorder {
             ),
             store: paths.store(),
             record: UpgradeRecord {
-                phase: "validating".into(),
+                phase: UpgradePhase::Validating,
                 from: "-".into(),
                 to: "-".into(),
                 progress: String::new(),
@@ -135,15 +143,12 @@ impl Recorder {
         }
     }
 
-    fn set(&mut self, phase: &str, progress: &str) {
-        self.record.phase = phase.into();
+    fn set(&mut self, phase: UpgradePhase, progress: &str) {
+        self.record.phase = phase;
         self.record.progress = progress.into();
         self.op.step(
             &format!("{phase}: {progress}"),
-            matches!(
-                phase,
-                "handing-over" | "installing" | "restarting" | "confirming" | "rolling-back"
-            ),
+            phase.etcd_down_on_purpose(),
         );
         self.save();
     }
@@ -174,7 +179,7 @@ fn upgrade(
     args: &UpgradeArgs,
     record: &mut Recorder,
 ) -> Result<String, Failure> {
-    let metrics = SocketAddr::from(([127, 0, 0, 1], settings.metrics_port));
+    let metrics = crate::shared::member::ThisMember::of(settings).metrics;
     let installed = running_version(metrics)?;
     record.record.from = installed.to_string();
 
@@ -218,7 +223,7 @@ fn upgrade(
     }
     if rules::versions(installed, new)? == Step::Nothing {
         record.set(
-            "done",
+            UpgradePhase::Done,
             &format!("etcd {installed} runs already; nothing to do"),
         );
         return Ok(format!(
@@ -234,7 +239,7 @@ fn upgrade(
 
     // One member at a time; the leader last.
     record.set(
-        "waiting-for-lock",
+        UpgradePhase::WaitingForLock,
         &format!("waiting for the cluster lock {LOCK_NAME}"),
     );
     let lock = take_turn(
@@ -248,12 +253,12 @@ fn upgrade(
             Turn::Waiting(view) => {
                 record.record.members = versions_of(view);
                 record.set(
-                    "waiting-for-lock",
+                    UpgradePhase::WaitingForLock,
                     "this member leads; waiting for the other members to upgrade first",
                 );
             }
             Turn::HandingOver => record.set(
-                "handing-over",
+                UpgradePhase::HandingOver,
                 "handing leadership to another member before the restart",
             ),
         },
@@ -263,7 +268,10 @@ fn upgrade(
         node.name
     );
 
-    record.set("snapshot", "taking a snapshot before the upgrade");
+    record.set(
+        UpgradePhase::Snapshot,
+        "taking a snapshot before the upgrade",
+    );
     // The same verified snapshot as `etcd-setup snapshot`, kept with the others and
     // recorded for status.
     let taken =
@@ -289,7 +297,7 @@ fn upgrade(
         )
     })?;
     record.set(
-        "installing",
+        UpgradePhase::Installing,
         &format!("installing etcd {new} beside {installed}"),
     );
     let outcome = swap(
@@ -300,7 +308,7 @@ fn upgrade(
         new,
         installed,
         settings.start_timeout,
-        &mut |p| record.set(p, p),
+        &mut |p| record.set(p, p.as_str()),
     );
     drop(release);
     let view = survey(&client, &node).unwrap_or_default();
@@ -309,7 +317,7 @@ fn upgrade(
     drop(lock);
     outcome?;
     record.set(
-        "done",
+        UpgradePhase::Done,
         &format!("etcd {installed} -> {new}; snapshot {}", snap.display()),
     );
     Ok(format!(
@@ -414,59 +422,21 @@ fn all_client_urls(node: &Node) -> Vec<String> {
     urls
 }
 
-/// The members, each with its version, health and role, asked all at once.
+/// The members, each with its version, health and role, asked all at once: the one
+/// survey ([`crate::cluster::lifecycle::survey`]) of the endpoints `client` names.
 pub fn survey(client: &Client, node: &Node) -> Result<Vec<MemberView>, Failure> {
-    let list = client.member_list().map_err(|e| {
-        Failure::new(
+    let seen = crate::cluster::lifecycle::survey::survey(node, client.endpoints().to_vec(), &[]);
+    if seen.list().is_none() {
+        return Err(Failure::new(
             ReasonCode::UpgradeUnhealthy,
-            format!("no member answered the member list: {e}"),
-        )
-    })?;
-    let endpoints: Vec<String> = list
-        .members
-        .iter()
-        .filter_map(|m| m.client_urls.first().cloned())
-        .collect();
-    let asked = client.with_endpoints(endpoints);
-    let answers = etcd::each_endpoint(&asked, |one| {
-        let health = one.endpoint_health()?;
-        let status = one.endpoint_status()?;
-        Ok((health, status))
-    });
-    let own_id = crate::cluster::etcd::member_id(&node.peer_urls, &node.token);
-    let mut view = Vec::new();
-    for m in &list.members {
-        let endpoint = m.client_urls.first().cloned().unwrap_or_default();
-        let answer = answers.iter().find(|(e, _)| *e == endpoint).map(|(_, a)| a);
-        let (healthy, version, leader, problem) = match answer {
-            Some(Ok((h, s))) => (
-                h.iter().all(|x| x.healthy) && !h.is_empty(),
-                s.first().and_then(|s| Version::parse(&s.version)),
-                s.first().is_some_and(|s| s.leader == m.id),
-                h.iter().find_map(|x| x.error.clone()),
+            format!(
+                "no member answered the member list: {}",
+                seen.list_error()
+                    .map_or_else(|| "no client URL to ask".to_string(), |e| e.to_string())
             ),
-            Some(Err(e)) => (false, None, false, Some(e.to_string())),
-            None => (false, None, false, Some("no client URL".into())),
-        };
-        view.push(MemberView {
-            name: if m.name.is_empty() {
-                m.id.to_string()
-            } else {
-                m.name.clone()
-            },
-            endpoint,
-            version,
-            healthy: healthy && !m.is_learner,
-            is_leader: leader,
-            is_self: m.id == own_id || m.peer_urls.iter().any(|u| node.is_own_peer_url(u)),
-            problem: if m.is_learner {
-                Some("a learner".into())
-            } else {
-                problem
-            },
-        });
+        ));
     }
-    Ok(view)
+    Ok(seen.view(node))
 }
 
 fn versions_of(view: &[MemberView]) -> Vec<String> {
@@ -483,14 +453,7 @@ fn versions_of(view: &[MemberView]) -> Vec<String> {
 
 /// `move-leader` to another healthy member.
 fn hand_leadership_away(client: &Client, view: &[MemberView]) -> Result<(), Failure> {
-    let list = client
-        .member_list()
-        .map_err(|e| Failure::new(ReasonCode::UpgradeUnhealthy, format!("member list: {e}")))?;
-    let Some(to) = view.iter().find(|m| !m.is_self && m.healthy).and_then(|m| {
-        list.members
-            .iter()
-            .find(|x| x.client_urls.first() == Some(&m.endpoint))
-    }) else {
+    let Some(to) = view.iter().find(|m| !m.is_self && m.healthy) else {
         return Ok(());
     };
     client.move_leader(to.id).map_err(|e| {
@@ -571,7 +534,7 @@ pub fn swap(
     new: Version,
     old: Version,
     wait: Duration,
-    phase: &mut dyn FnMut(&str),
+    phase: &mut dyn FnMut(UpgradePhase),
 ) -> Result<(), Failure> {
     service.stop()?;
     // etcd is down from here: every way out starts it again.
@@ -596,10 +559,10 @@ pub fn swap(
             ),
         });
     }
-    phase("restarting");
+    phase(UpgradePhase::Restarting);
     let stopped_at = Instant::now();
     let up = service.start().and_then(|()| {
-        phase("confirming");
+        phase(UpgradePhase::Confirming);
         confirm(metrics, new, wait)
     });
     let why = match up {
@@ -612,11 +575,11 @@ pub fn swap(
         }
         Err(f) => f,
     };
-    phase("rolling-back");
+    phase(UpgradePhase::RollingBack);
     let _ = service.stop();
     beside::rollback(install_dir)?;
     let back = service.start().and_then(|()| confirm(metrics, old, wait));
-    phase("rolled-back");
+    phase(UpgradePhase::RolledBack);
     match back {
         Ok(()) => Err(Failure::new(
             ReasonCode::UpgradeRolledBack,

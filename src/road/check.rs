@@ -10,7 +10,9 @@ use crate::cli::{CheckArgs, Format};
 use crate::reason::Failure;
 use crate::road::archive::{Policy, Staging};
 use crate::road::source::{self, Kind, Validated};
+use crate::shared::advisory::AdvisoryRecord;
 use crate::{exit, shared::advisory, shared::output, shared::printable};
+use serde::Serialize;
 use std::path::Path;
 
 /// `etcd-setup check`: the archive pass on each PATH, staged in a private temporary folder
@@ -45,8 +47,14 @@ pub fn command(args: &CheckArgs) -> u8 {
         }
     }
     if args.format == Format::Json {
-        let doc = serde_json::json!({ "schema_version": 1, "results": results });
-        output::print(&format!("{doc:#}\n"));
+        let doc = CheckReport {
+            schema_version: 1,
+            results,
+        };
+        match serde_json::to_string_pretty(&doc) {
+            Ok(text) => output::print(&format!("{text}\n")),
+            Err(e) => eprintln!("etcd-setup check: cannot write the JSON: {e}"),
+        }
     }
     drop(private);
     if all_ok {
@@ -135,44 +143,97 @@ fn check_text(path: &Path, outcome: &Result<Validated, Failure>) -> String {
     }
 }
 
-fn check_json(path: &Path, outcome: &Result<Validated, Failure>) -> serde_json::Value {
+/// `check --format json`: schema 1, one result per path.
+#[derive(Debug, Serialize)]
+struct CheckReport {
+    schema_version: u32,
+    results: Vec<CheckResult>,
+}
+
+/// Whether a path passed.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum CheckVerdict {
+    Ok,
+    Failed,
+}
+
+/// One path's result: the release found (when it passed) or the reason (when not).
+#[derive(Debug, Serialize)]
+struct CheckResult {
+    path: String,
+    verdict: CheckVerdict,
+    #[serde(flatten)]
+    release: Option<CheckedRelease>,
+    reason: Option<CheckReason>,
+}
+
+/// What a path that passed holds.
+#[derive(Debug, Serialize)]
+struct CheckedRelease {
+    /// `iso` or `tarball`.
+    kind: &'static str,
+    label: Option<String>,
+    naming: Option<String>,
+    etcd_version: String,
+    arch: String,
+    has_etcdutl: bool,
+    sha256: String,
+    compressed_bytes: u64,
+    unpacked_bytes: u64,
+    entries: u64,
+    advisories: Vec<AdvisoryRecord>,
+}
+
+/// Why a path failed.
+#[derive(Debug, Serialize)]
+struct CheckReason {
+    code: crate::reason::ReasonCode,
+    message: String,
+    detail: Option<String>,
+}
+
+fn check_json(path: &Path, outcome: &Result<Validated, Failure>) -> CheckResult {
+    let path = path.display().to_string();
     match outcome {
         Ok(v) => {
             let x = &v.extracted;
             let (kind, label, naming) = match &v.kind {
-                Kind::Iso { label, naming } => ("iso", Some(label.as_str()), Some(naming.as_str())),
+                Kind::Iso { label, naming } => (
+                    "iso",
+                    Some(label.clone()),
+                    Some(naming.as_str().to_string()),
+                ),
                 Kind::Tarball => ("tarball", None, None),
             };
-            serde_json::json!({
-                "path": path.display().to_string(),
-                "verdict": "ok",
-                "kind": kind,
-                "label": label,
-                "naming": naming,
-                "etcd_version": x.version,
-                "arch": x.arch,
-                "has_etcdutl": x.has_etcdutl,
-                "sha256": x.sha256_hex(),
-                "compressed_bytes": x.compressed_bytes,
-                "unpacked_bytes": x.unpacked_bytes,
-                "entries": x.entries,
-                "advisories": advisory::for_version(&x.version).iter().map(|a| advisory_json(a)).collect::<Vec<_>>(),
-                "reason": null,
-            })
+            CheckResult {
+                path,
+                verdict: CheckVerdict::Ok,
+                release: Some(CheckedRelease {
+                    kind,
+                    label,
+                    naming,
+                    etcd_version: x.version.clone(),
+                    arch: x.arch.clone(),
+                    has_etcdutl: x.has_etcdutl,
+                    sha256: x.sha256_hex(),
+                    compressed_bytes: x.compressed_bytes,
+                    unpacked_bytes: x.unpacked_bytes,
+                    entries: x.entries,
+                    advisories: advisory::records(&x.version),
+                }),
+                reason: None,
+            }
         }
-        Err(f) => serde_json::json!({
-            "path": path.display().to_string(),
-            "verdict": "failed",
-            "reason": {
-                "code": f.code,
-                "message": f.message,
-                "detail": f.source.as_ref().map(|s| format!("{s:#}")),
-            },
-        }),
+        Err(f) => CheckResult {
+            path,
+            verdict: CheckVerdict::Failed,
+            release: None,
+            reason: Some(CheckReason {
+                code: f.code,
+                message: f.message.clone(),
+                detail: f.source.as_ref().map(|s| format!("{s:#}")),
+            }),
+        },
     }
-}
-
-/// An advisory as `check` and `status` JSON show it.
-pub fn advisory_json(a: &advisory::Advisory) -> serde_json::Value {
-    serde_json::json!({ "id": a.id, "summary": a.summary, "source": a.source })
 }

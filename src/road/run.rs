@@ -18,7 +18,6 @@ use crate::shared::lock::RunLock;
 use crate::shared::report::{self, Phase, Reporter, SharedReporter, State, StateStore};
 use crate::shared::systemd::{self, JobResult, Systemd, Watched};
 use crate::shared::unit::{self, ETCD_UNIT};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -528,7 +527,7 @@ fn start_and_confirm(
     }
     let settle_end = Instant::now() + settings.settle;
     let base = sd.unit_state(ETCD_UNIT)?;
-    let metrics = SocketAddr::from(([127, 0, 0, 1], settings.metrics_port));
+    let metrics = crate::shared::member::ThisMember::of(settings).metrics;
     let health_end = Instant::now() + Duration::from_secs(30);
     loop {
         let health = health::check(metrics, Duration::from_secs(2));

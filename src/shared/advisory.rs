@@ -90,6 +90,36 @@ impl Advisory {
     }
 }
 
+/// An advisory as `check`'s JSON (`advisories`) and status's JSON (`advisory_details`)
+/// show it: the one shape of an advisory in a record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AdvisoryRecord {
+    /// [`Advisory::id`].
+    pub id: String,
+    /// [`Advisory::summary`].
+    pub summary: String,
+    /// [`Advisory::source`].
+    pub source: String,
+}
+
+impl From<&Advisory> for AdvisoryRecord {
+    fn from(a: &Advisory) -> AdvisoryRecord {
+        AdvisoryRecord {
+            id: a.id.to_string(),
+            summary: a.summary.to_string(),
+            source: a.source.to_string(),
+        }
+    }
+}
+
+/// The advisories covering `version` as records.
+pub fn records(version: &str) -> Vec<AdvisoryRecord> {
+    for_version(version)
+        .into_iter()
+        .map(AdvisoryRecord::from)
+        .collect()
+}
+
 /// The advisories covering `version` (empty for an unknown or unparsable version).
 pub fn for_version(version: &str) -> Vec<&'static Advisory> {
     let Some(v) = Version::parse(version) else {

@@ -32,7 +32,9 @@ pub use failure::{clear_failure, write_failure};
 pub use operation::{read_operation, Operation, OperationGuard, OPERATION_FILE};
 pub use record::{read_record, RecordError};
 pub use reporter::{Reporter, SharedReporter};
-pub use state::{Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable, UpgradeRecord};
+pub use state::{
+    Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable, UpgradePhase, UpgradeRecord,
+};
 pub use time::{file_stamp, rfc3339};
 pub use upkeep::{
     read_snapshot_record, record_snapshot, record_snapshot_failure, record_snapshot_kept,

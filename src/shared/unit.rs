@@ -10,7 +10,8 @@
 //! path, no newline inside a value, no file where the sandbox hides it, a start timeout
 //! of at least a second) is checked by `config`, before the run waits for anything.
 
-use crate::shared::config::{scheme, url_host, ClusterState, Settings, TlsFiles};
+use crate::shared::config::{ClusterState, Settings, TlsFiles};
+use crate::shared::member::ThisMember;
 
 /// etcd's unit.
 pub const ETCD_UNIT: &str = "etcd.service";
@@ -116,50 +117,11 @@ impl Membership {
     }
 }
 
-/// This member's peer URL, as etcd advertises it (`--initial-advertise-peer-urls`): the
-/// node IP with the peer port, https with peer TLS.
-pub fn peer_url(s: &Settings) -> String {
-    format!(
-        "{}://{}:{}",
-        scheme(s.tls.peer.is_some()),
-        url_host(s.node_ip),
-        s.peer_port
-    )
-}
-
-/// This member's client URL, as etcd advertises it (`--advertise-client-urls`).
-pub fn client_url(s: &Settings) -> String {
-    format!(
-        "{}://{}:{}",
-        scheme(s.tls.client.is_some()),
-        url_host(s.node_ip),
-        s.client_port
-    )
-}
-
 /// Renders the environment file for [`ENV_FILE`]: one `ETCD_*=value` line per setting
 /// etcd reads, every value double-quoted for systemd's `EnvironmentFile=` syntax (which a
 /// POSIX shell reads the same way).
 pub fn render_env(s: &Settings, membership: &Membership) -> String {
-    let host = url_host(s.node_ip);
-    let peer_url = format!("{}://{host}:{}", scheme(s.tls.peer.is_some()), s.peer_port);
-    let client_url = format!(
-        "{}://{host}:{}",
-        scheme(s.tls.client.is_some()),
-        s.client_port
-    );
-    // Loopback takes the client side's scheme too: a plain http listener beside a TLS one
-    // would let any local process past client-certificate authentication.
-    let loopback = format!(
-        "{}://127.0.0.1:{}",
-        scheme(s.tls.client.is_some()),
-        s.client_port
-    );
-    let listen_clients = if client_url == loopback {
-        client_url.clone()
-    } else {
-        format!("{client_url},{loopback}")
-    };
+    let member = ThisMember::of(s);
     let mut vars: Vec<(&str, String)> = vec![
         ("ETCD_NAME", s.node_name.clone()),
         ("ETCD_DATA_DIR", s.data_dir.display().to_string()),
@@ -169,20 +131,14 @@ pub fn render_env(s: &Settings, membership: &Membership) -> String {
             "ETCD_INITIAL_CLUSTER_STATE",
             membership.state.as_str().to_string(),
         ),
-        ("ETCD_LISTEN_CLIENT_URLS", listen_clients),
-        ("ETCD_ADVERTISE_CLIENT_URLS", client_url),
-        ("ETCD_LISTEN_PEER_URLS", peer_url.clone()),
-        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", peer_url),
+        // Loopback beside the node IP, with the client side's scheme.
+        ("ETCD_LISTEN_CLIENT_URLS", member.listen_client_urls()),
+        ("ETCD_ADVERTISE_CLIENT_URLS", member.client_url.clone()),
+        ("ETCD_LISTEN_PEER_URLS", member.peer_url.clone()),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", member.peer_url.clone()),
         // Always plain http on loopback: the health check asks `/health` there without
-        // certificates.
-        (
-            "ETCD_LISTEN_METRICS_URLS",
-            match s.upkeep.prometheus_port {
-                None => format!("http://127.0.0.1:{}", s.metrics_port),
-                // Prometheus scrapes /metrics on the node IP; still plain http.
-                Some(p) => format!("http://127.0.0.1:{},http://{host}:{p}", s.metrics_port),
-            },
-        ),
+        // certificates (Prometheus, when configured, scrapes the node IP; still http).
+        ("ETCD_LISTEN_METRICS_URLS", member.listen_metrics_urls()),
         // The quota written out, etcd's default included: NOSPACE comes at a known size.
         (
             "ETCD_QUOTA_BACKEND_BYTES",

@@ -71,7 +71,7 @@ impl SystemLive {
     /// A live view asking etcd's health on 127.0.0.1:`metrics_port`.
     pub fn new(metrics_port: u16) -> SystemLive {
         SystemLive {
-            metrics: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
+            metrics: crate::shared::member::loopback_metrics(metrics_port),
             systemd: Mutex::new(None),
             cache: Mutex::new(None),
             version: Mutex::new(None),

@@ -166,6 +166,10 @@ pub struct Answer {
     /// 3.5.0–3.5.2, say); absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub advisories: Vec<String>,
+    /// The same advisories as objects (`id`, `summary`, `source`), the shape `check`'s
+    /// JSON gives them; added beside the strings, which schema 1 keeps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advisory_details: Vec<crate::shared::advisory::AdvisoryRecord>,
     /// The last or current `etcd-setup upgrade`: its phase, the versions, each member's
     /// version and the cluster version it saw; absent when none ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -473,7 +473,7 @@ fn an_advisory_and_an_upgrade_under_way_show_in_json_and_text() {
     let mut s = confirmed(Some(0));
     s.advisories = crate::shared::advisory::lines("3.5.1");
     s.upgrade = Some(crate::shared::report::UpgradeRecord {
-        phase: "waiting-for-lock".into(),
+        phase: crate::shared::report::UpgradePhase::WaitingForLock,
         from: "3.5.1".into(),
         to: "3.5.16".into(),
         progress: "waiting for the cluster lock etcd-setup/upgrade".into(),
@@ -511,6 +511,32 @@ fn an_advisory_and_an_upgrade_under_way_show_in_json_and_text() {
     );
     // A finished upgrade is history: the one line does not say "upgrading".
     let mut done = a.clone();
-    done.upgrade.as_mut().unwrap().phase = "done".into();
+    done.upgrade.as_mut().unwrap().phase = crate::shared::report::UpgradePhase::Done;
     assert!(!text_line(&done).contains("upgrading"));
+}
+
+#[test]
+fn an_advisory_shows_as_its_line_and_as_the_object_check_shows() {
+    let mut s = confirmed(Some(0));
+    s.etcd_version = Some("3.5.1".into());
+    s.advisories = crate::shared::advisory::lines("3.5.1");
+    let live = active(0, Duration::from_secs(3600), Health::Healthy, Some("3.5.1"));
+    let a = eval_now(s, &live);
+    let json: serde_json::Value =
+        serde_json::from_slice(&Reply::Answer(Box::new(a)).to_line()).unwrap();
+    // Schema 1 keeps the strings; the objects come beside them.
+    assert!(json["advisories"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("etcd 3.5.1: not recommended for production"));
+    let record = &json["advisory_details"][0];
+    assert_eq!(record["id"], "etcd-3.5-data-inconsistency");
+    assert_eq!(
+        record,
+        &serde_json::to_value(&crate::shared::advisory::records("3.5.1")[0]).unwrap()
+    );
+    assert!(record["summary"]
+        .as_str()
+        .unwrap()
+        .contains("fixed in 3.5.3"));
 }

@@ -14,18 +14,13 @@ pub fn text_line(a: &Answer) -> String {
 
 fn raw_line(a: &Answer) -> String {
     let mut line = verdict_line(a);
-    if let Some(u) = a.upgrade.as_ref().filter(|u| !upgrade_ended(&u.phase)) {
+    if let Some(u) = a.upgrade.as_ref().filter(|u| !u.phase.ended()) {
         line.push_str(&format!("; upgrading {} -> {}: {}", u.from, u.to, u.phase));
     }
     if !a.advisories.is_empty() {
         line.push_str(&format!("; advisory: {}", a.advisories.join("; ")));
     }
     line
-}
-
-/// Whether an upgrade record's phase is final (nothing under way).
-fn upgrade_ended(phase: &str) -> bool {
-    matches!(phase, "done" | "rolled-back" | "refused" | "failed")
 }
 
 fn verdict_line(a: &Answer) -> String {
@@ -126,7 +121,7 @@ fn raw_long(a: &Answer) -> String {
     if let Some(u) = &a.upgrade {
         out.push_str(&format!(
             "upgrade:  {} {} -> {} ({}) at {}\n",
-            printable::line(&u.phase),
+            u.phase,
             printable::line(&u.from),
             printable::line(&u.to),
             printable::line(&u.progress),

@@ -184,6 +184,15 @@ pub fn evaluate_at(
         snapshot: None,
         warnings: Vec::new(),
         advisories: state.advisories.clone(),
+        // The advisories run recorded are those of the installed release.
+        advisory_details: if state.advisories.is_empty() {
+            Vec::new()
+        } else {
+            state
+                .etcd_version
+                .as_deref()
+                .map_or_else(Vec::new, crate::shared::advisory::records)
+        },
         upgrade: state.upgrade.clone(),
         operation: None,
     }
@@ -222,6 +231,7 @@ fn without_state(
         snapshot: None,
         warnings: Vec::new(),
         advisories: Vec::new(),
+        advisory_details: Vec::new(),
         upgrade: None,
         operation: None,
     }

@@ -248,6 +248,7 @@ mod tests {
             )],
             health,
             statuses: vec![],
+            answers: vec![],
         }
     }
 

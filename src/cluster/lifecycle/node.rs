@@ -1,9 +1,11 @@
-//! What joining and leaving need to know about this node, taken from [`Settings`] (or
-//! built directly by tests): its name and peer URLs, the initial cluster and token, the
-//! client port and TLS, the data dir, the installed etcdctl.
+//! What joining, leaving and the day-2 commands need to know about this node, taken from
+//! [`Settings`] through [`ThisMember`] (or built directly by tests): its name and peer
+//! URLs, the initial cluster and token, the client port and TLS, the data dir, the
+//! installed etcdctl; and the clients that ask this member or its peers.
 
 use crate::cluster::etcd::{self, Client, Id};
-use crate::shared::config::{Settings, TlsFiles};
+use crate::shared::config::{scheme, Settings, TlsFiles};
+use crate::shared::member::ThisMember;
 use std::path::PathBuf;
 
 /// This node as a member of its cluster.
@@ -31,15 +33,16 @@ pub struct Node {
 impl Node {
     /// The node that `settings` describe, with the etcdctl `run` installed.
     pub fn from_settings(settings: &Settings) -> Node {
+        let member = ThisMember::of(settings);
         Node {
             name: settings.node_name.clone(),
-            peer_urls: vec![crate::shared::unit::peer_url(settings)],
+            peer_urls: vec![member.peer_url],
             initial_cluster: settings.initial_cluster.clone(),
             token: settings.cluster_token.clone(),
             client_port: settings.client_port,
             client_tls: settings.tls.client.clone(),
             data_dir: settings.data_dir.clone(),
-            etcdctl: settings.install_dir.join("etcdctl"),
+            etcdctl: member.etcdctl,
         }
     }
 
@@ -66,12 +69,11 @@ impl Node {
         if host.is_empty() {
             return None;
         }
-        let scheme = if self.client_tls.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        Some(format!("{scheme}://{host}:{}", self.client_port))
+        Some(format!(
+            "{}://{host}:{}",
+            scheme(self.client_tls.is_some()),
+            self.client_port
+        ))
     }
 
     /// The client URLs of the other members of `initial_cluster`.
@@ -89,6 +91,12 @@ impl Node {
     /// This node's own client URL (its first peer URL's host with the client port).
     pub fn own_client_url(&self) -> Option<String> {
         self.peer_urls.first().and_then(|u| self.client_url_of(u))
+    }
+
+    /// A client of this member only, at its own client URL (none when its peer URL has no
+    /// host, which config does not let through).
+    pub fn own_client(&self) -> Client {
+        self.client(self.own_client_url().into_iter().collect())
     }
 
     /// A client of `endpoints` with this node's etcdctl and TLS.

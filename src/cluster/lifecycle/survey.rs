@@ -1,8 +1,12 @@
 //! Asking the cluster what it looks like: the member list from every peer that answers,
-//! and the health of every member that list names. One bounded round; nothing changes.
+//! and the health, status, version and role of every member that list names. One
+//! bounded round; nothing changes. The one survey of the agent: joining and leaving read
+//! its health ([`Survey::is_healthy`]), `maintain` and `upgrade` its members
+//! ([`Survey::view`], one [`MemberView`] each).
 
 use super::node::Node;
-use crate::cluster::etcd::{self, EtcdError, Id, MemberList};
+use crate::cluster::etcd::{self, EndpointHealth, EndpointStatus, EtcdError, Id, MemberList};
+use crate::shared::advisory::Version;
 
 /// How one member is doing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,8 +18,57 @@ pub enum MemberHealth {
     Unhealthy(String),
 }
 
-/// What the cluster answered in one round.
+/// What one member answered: its `endpoint status`, and for voters its `endpoint health`
+/// (a learner serves no linearizable read, which the health check makes).
 #[derive(Debug, Clone)]
+pub struct Answer {
+    /// `endpoint health` (voters; `None` for a learner).
+    pub health: Option<Result<Vec<EndpointHealth>, EtcdError>>,
+    /// `endpoint status`.
+    pub status: Result<Vec<EndpointStatus>, EtcdError>,
+}
+
+/// One member as the survey saw it: what `maintain` and `upgrade` decide on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberView {
+    /// Its member ID.
+    pub id: Id,
+    /// Its etcd name (its ID when it has none: it never started).
+    pub name: String,
+    /// Its first client URL (empty when it never started).
+    pub endpoint: String,
+    /// Its `endpoint status`, when it answered one.
+    pub status: Option<EndpointStatus>,
+    /// The version its `endpoint status` reported; `None` when it did not answer.
+    pub version: Option<Version>,
+    /// Whether it is a voter and `endpoint health` answered healthy.
+    pub healthy: bool,
+    /// Whether it is the leader.
+    pub is_leader: bool,
+    /// Whether it is this node's member.
+    pub is_self: bool,
+    /// What was wrong when it is not healthy (etcd's or etcdctl's line).
+    pub problem: Option<String>,
+}
+
+impl MemberView {
+    /// The share of its database file not in use, in percent; `None` when etcd does not
+    /// say (etcd before 3.4) or it gave no status.
+    pub fn fragmented_percent(&self) -> Option<u64> {
+        let status = self.status.as_ref()?;
+        let in_use = status.db_size_in_use?;
+        let size = status.db_size.max(1);
+        Some(size.saturating_sub(in_use) * 100 / size)
+    }
+
+    /// Its database file's size (0 when it gave no status).
+    pub fn db_size(&self) -> u64 {
+        self.status.as_ref().map_or(0, |s| s.db_size)
+    }
+}
+
+/// What the cluster answered in one round.
+#[derive(Debug, Clone, Default)]
 pub struct Survey {
     /// Each client URL asked, with its member list or why it gave none.
     pub peers: Vec<(String, Result<MemberList, EtcdError>)>,
@@ -24,6 +77,9 @@ pub struct Survey {
     /// The peers that gave no member list but answered `endpoint status` (which is
     /// served without a leader): a cluster that lost its quorum.
     pub statuses: Vec<etcd::EndpointStatus>,
+    /// What each member of the first member list answered, by ID (members skipped are
+    /// not in it).
+    pub answers: Vec<(Id, Answer)>,
 }
 
 impl Survey {
@@ -43,17 +99,69 @@ impl Survey {
     pub fn health_of(&self, id: Id) -> Option<&MemberHealth> {
         self.health.iter().find(|(i, _)| *i == id).map(|(_, h)| h)
     }
+
+    /// Why no member list came back: the first peer's error.
+    pub fn list_error(&self) -> Option<&EtcdError> {
+        self.peers.iter().find_map(|(_, r)| r.as_ref().err())
+    }
+
+    /// Every member of the first member list as `node` sees it: health, status, version,
+    /// role. Empty when no list came back.
+    pub fn view(&self, node: &Node) -> Vec<MemberView> {
+        let Some(list) = self.list() else {
+            return Vec::new();
+        };
+        let own_id = etcd::member_id(&node.peer_urls, &node.token);
+        list.members
+            .iter()
+            .map(|m| {
+                let answer = self
+                    .answers
+                    .iter()
+                    .find(|(i, _)| *i == m.id)
+                    .map(|(_, a)| a);
+                let status = answer.and_then(|a| a.status.as_ref().ok()?.first().cloned());
+                let (healthy, problem) = match answer {
+                    _ if m.is_learner => (false, Some("a learner".to_string())),
+                    None if m.client_urls.is_empty() => (false, Some("no client URL".into())),
+                    None => (false, Some("not asked".into())),
+                    Some(a) => match (&a.health, &a.status) {
+                        (Some(Ok(h)), Ok(_)) => (
+                            !h.is_empty() && h.iter().all(|x| x.healthy),
+                            h.iter().find_map(|x| x.error.clone()),
+                        ),
+                        (Some(Err(e)), _) | (_, Err(e)) => (false, Some(e.to_string())),
+                        (None, Ok(_)) => (false, None),
+                    },
+                };
+                MemberView {
+                    id: m.id,
+                    name: if m.name.is_empty() {
+                        m.id.to_string()
+                    } else {
+                        m.name.clone()
+                    },
+                    endpoint: m.client_urls.first().cloned().unwrap_or_default(),
+                    version: status.as_ref().and_then(|s| Version::parse(&s.version)),
+                    is_leader: status.as_ref().is_some_and(|s| s.leader == m.id),
+                    status,
+                    healthy,
+                    is_self: m.id == own_id || m.peer_urls.iter().any(|u| node.is_own_peer_url(u)),
+                    problem,
+                }
+            })
+            .collect()
+    }
 }
 
 /// Asks `urls` for the member list (all at once), then every member of the first list
-/// for its health (all at once). `skip` members are not asked (this node while its etcd
-/// is stopped).
+/// for its status and health (all at once). `skip` members are not asked (this node
+/// while its etcd is stopped).
 pub fn survey(node: &Node, urls: Vec<String>, skip: &[Id]) -> Survey {
     let peers = etcd::each_endpoint(&node.client(urls), |c| c.member_list());
     let mut survey = Survey {
         peers,
-        health: Vec::new(),
-        statuses: Vec::new(),
+        ..Survey::default()
     };
     let Some(list) = survey.list().cloned() else {
         // Nobody listed the members: a cluster without a leader still answers status.
@@ -70,15 +178,27 @@ pub fn survey(node: &Node, urls: Vec<String>, skip: &[Id]) -> Survey {
             .collect();
         return survey;
     };
-    let health = std::thread::scope(|s| {
-        let handles: Vec<_> = list
-            .members
+    let asked: Vec<&etcd::Member> = list
+        .members
+        .iter()
+        .filter(|m| !skip.contains(&m.id))
+        .collect();
+    survey.answers = std::thread::scope(|s| {
+        let handles: Vec<_> = asked
             .iter()
-            .filter(|m| !skip.contains(&m.id))
+            .filter(|m| !m.client_urls.is_empty())
             .map(|m| {
-                let m = m.clone();
                 let client = node.client(m.client_urls.clone());
-                s.spawn(move || (m.id, member_health(&m, &client)))
+                let learner = m.is_learner;
+                let id = m.id;
+                s.spawn(move || {
+                    let (health, status) = std::thread::scope(|t| {
+                        let health = (!learner).then(|| t.spawn(|| client.endpoint_health()));
+                        let status = client.endpoint_status();
+                        (health.map(|h| join_or_panicked(h, &client)), status)
+                    });
+                    (id, Answer { health, status })
+                })
             })
             .collect();
         handles
@@ -86,22 +206,44 @@ pub fn survey(node: &Node, urls: Vec<String>, skip: &[Id]) -> Survey {
             .filter_map(|h| h.join().ok())
             .collect::<Vec<_>>()
     });
-    survey.health = health;
+    survey.health = asked
+        .iter()
+        .map(|m| {
+            let answer = survey.answers.iter().find(|(i, _)| *i == m.id);
+            (m.id, member_health(m, answer.map(|(_, a)| a)))
+        })
+        .collect();
     survey
 }
 
-fn member_health(m: &etcd::Member, client: &etcd::Client) -> MemberHealth {
-    if m.client_urls.is_empty() {
+fn join_or_panicked<T>(
+    h: std::thread::ScopedJoinHandle<'_, Result<T, EtcdError>>,
+    client: &etcd::Client,
+) -> Result<T, EtcdError> {
+    h.join().unwrap_or_else(|_| {
+        Err(EtcdError::new(
+            etcd::ErrorKind::Other,
+            "endpoint health",
+            client.endpoints(),
+            "the thread asking it panicked",
+        ))
+    })
+}
+
+/// A member's health as joining and leaving judge it: a voter by `endpoint health`, a
+/// learner (which serves no linearizable read) by a status that knows a leader.
+fn member_health(m: &etcd::Member, answer: Option<&Answer>) -> MemberHealth {
+    let Some(answer) = answer.filter(|_| !m.client_urls.is_empty()) else {
         return MemberHealth::Unhealthy("never started (no client URL)".into());
-    }
-    if m.is_learner {
-        return match client.endpoint_status() {
+    };
+    let Some(health) = &answer.health else {
+        return match &answer.status {
             Ok(s) if s.iter().any(|s| s.leader != Id(0)) => MemberHealth::Healthy,
             Ok(_) => MemberHealth::Unhealthy("it knows no leader".into()),
             Err(e) => MemberHealth::Unhealthy(e.to_string()),
         };
-    }
-    match client.endpoint_health() {
+    };
+    match health {
         Ok(h) if h.iter().any(|h| h.healthy) => MemberHealth::Healthy,
         Ok(h) => MemberHealth::Unhealthy(
             h.iter()

@@ -3,6 +3,7 @@
 //! quorum); no member on a third release (another upgrade half done). Pure functions over
 //! what the cluster survey saw, so every rule is unit-tested without etcd.
 
+pub use crate::cluster::lifecycle::survey::MemberView;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::advisory::Version;
 
@@ -13,25 +14,6 @@ pub enum Step {
     Nothing,
     /// Upgrade from the installed release to the new one.
     Upgrade,
-}
-
-/// One member as the survey saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberView {
-    /// Its etcd name.
-    pub name: String,
-    /// Its client URL.
-    pub endpoint: String,
-    /// The version its `endpoint status` reported; `None` when it did not answer.
-    pub version: Option<Version>,
-    /// Whether `endpoint health` answered healthy.
-    pub healthy: bool,
-    /// Whether it is the leader.
-    pub is_leader: bool,
-    /// Whether it is this node's member.
-    pub is_self: bool,
-    /// What was wrong when it is not healthy (etcd's or etcdctl's line).
-    pub problem: Option<String>,
 }
 
 /// The step from `installed` to `new`: refuses a downgrade (`upgrade-downgrade`) and a
@@ -131,7 +113,9 @@ mod tests {
 
     fn member(name: &str, version: &str, leader: bool, me: bool) -> MemberView {
         MemberView {
+            id: crate::cluster::etcd::Id(u64::from(name.as_bytes()[0])),
             name: name.into(),
+            status: None,
             endpoint: format!("http://{name}:2379"),
             version: Version::parse(version),
             healthy: true,

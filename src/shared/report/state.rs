@@ -141,9 +141,8 @@ pub struct State {
 /// Where an `etcd-setup upgrade` is or ended, and the cluster's versions it saw last.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UpgradeRecord {
-    /// `waiting-for-lock`, `handing-over`, `snapshot`, `installing`, `restarting`, `confirming`,
-    /// `rolling-back`, `done`, `rolled-back` or `refused`.
-    pub phase: String,
+    /// Where the upgrade is.
+    pub phase: UpgradePhase,
     /// The release the member ran before.
     pub from: String,
     /// The release it moves to.
@@ -158,6 +157,91 @@ pub struct UpgradeRecord {
     pub cluster_version: Option<String>,
     /// When this record last changed, RFC 3339.
     pub updated_at: String,
+}
+
+/// Where an `etcd-setup upgrade` is, as `upgrade.phase` spells it in state.json and in
+/// status's JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpgradePhase {
+    /// Finding the new release and checking the rules.
+    Validating,
+    /// Waiting for the cluster lock (or, as the leader, for the others to go first).
+    WaitingForLock,
+    /// Handing leadership to another member before the restart.
+    HandingOver,
+    /// Taking the snapshot before anything changes.
+    Snapshot,
+    /// Keeping the old binaries beside and installing the new ones (etcd stopped).
+    Installing,
+    /// Starting etcd on the new release.
+    Restarting,
+    /// Confirming the new release healthy.
+    Confirming,
+    /// Putting the old binaries back.
+    RollingBack,
+    /// Ended: the new release runs (or there was nothing to do).
+    Done,
+    /// Ended: the new release did not come up; the old one was put back.
+    RolledBack,
+    /// Ended: refused before anything changed.
+    Refused,
+    /// Ended: failed.
+    Failed,
+    /// A phase this version does not know (written by another version of the agent).
+    #[serde(other)]
+    Unknown,
+}
+
+impl UpgradePhase {
+    /// The phase as state.json spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradePhase::Validating => "validating",
+            UpgradePhase::WaitingForLock => "waiting-for-lock",
+            UpgradePhase::HandingOver => "handing-over",
+            UpgradePhase::Snapshot => "snapshot",
+            UpgradePhase::Installing => "installing",
+            UpgradePhase::Restarting => "restarting",
+            UpgradePhase::Confirming => "confirming",
+            UpgradePhase::RollingBack => "rolling-back",
+            UpgradePhase::Done => "done",
+            UpgradePhase::RolledBack => "rolled-back",
+            UpgradePhase::Refused => "refused",
+            UpgradePhase::Failed => "failed",
+            UpgradePhase::Unknown => "unknown",
+        }
+    }
+
+    /// Whether the upgrade ended (nothing under way).
+    pub fn ended(self) -> bool {
+        matches!(
+            self,
+            UpgradePhase::Done
+                | UpgradePhase::RolledBack
+                | UpgradePhase::Refused
+                | UpgradePhase::Failed
+        )
+    }
+
+    /// Whether etcd is down on purpose in this phase (stopped, restarting or without a
+    /// leader for a moment).
+    pub fn etcd_down_on_purpose(self) -> bool {
+        matches!(
+            self,
+            UpgradePhase::HandingOver
+                | UpgradePhase::Installing
+                | UpgradePhase::Restarting
+                | UpgradePhase::Confirming
+                | UpgradePhase::RollingBack
+        )
+    }
+}
+
+impl fmt::Display for UpgradePhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl State {

@@ -65,6 +65,7 @@ fn survey(cluster: Id, members: Vec<Member>, healthy: &[u64]) -> Survey {
             })
             .collect(),
         statuses: vec![],
+        answers: vec![],
     }
 }
 
@@ -101,6 +102,7 @@ fn no_peer_answering_starts_as_configured() {
         ],
         health: vec![],
         statuses: vec![],
+        answers: vec![],
     };
     for data in [false, true] {
         match decide(&node(), data, &s) {
@@ -353,6 +355,7 @@ fn a_cluster_without_quorum_that_still_answers_status_makes_it_wait_not_bootstra
         ],
         health: vec![],
         statuses: vec![status(ours())],
+        answers: vec![],
     };
     match decide(&node(), false, &s) {
         Decision::Wait { why } => assert!(why.contains("etcdserver: no leader"), "{why}"),
