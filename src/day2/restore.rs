@@ -182,13 +182,15 @@ pub fn restore(
             return Err(Failure::new(
                 ReasonCode::ClusterMismatch,
                 format!(
-                    "cannot tell which cluster {} is of: {why}; --cluster-check restores \
-                     only a snapshot shown to be of this configuration's cluster",
-                    file.display()
+                    "{why}; --cluster-check restores only a snapshot shown to be of this \
+                     configuration's cluster"
                 ),
             ))
         }
-        identity::Verdict::Unknown(_) => {}
+        identity::Verdict::Unknown(why) => warn(&format!(
+            "{why}; restoring it as this configuration's cluster (--cluster-check refuses \
+             what it cannot show to be of it)"
+        )),
     }
     // Refusals (a link, a folder others may write in) before etcd is stopped.
     let place = swap::Place::of(&s.data_dir)?;

@@ -24,7 +24,7 @@ pub enum Verdict {
     Same(String),
     /// Of another cluster: the sentence naming both.
     Other(String),
-    /// Cannot be told: why.
+    /// Cannot be told: the sentence saying why (naming what is known).
     Unknown(String),
 }
 
@@ -122,25 +122,25 @@ pub fn of_snapshot(file: &Path, s: &Settings) -> Verdict {
         };
     }
     let theirs = match members_of(file) {
-        Ok(m) if m.is_empty() => return Verdict::Unknown("it holds no member list".into()),
+        Ok(m) if m.is_empty() => {
+            return Verdict::Unknown(format!(
+                "cannot tell which cluster {} is of: it holds no member list",
+                file.display()
+            ))
+        }
         Ok(m) => m,
-        Err(e) => return Verdict::Unknown(format!("its member list cannot be read: {e}")),
+        Err(e) => {
+            return Verdict::Unknown(format!(
+                "cannot tell which cluster {} is of: its member list cannot be read ({e})",
+                file.display()
+            ))
+        }
     };
     if let Some((n, id, _)) = theirs
         .iter()
         .find(|(_, id, _)| ours.iter().any(|(_, o, _)| o == id))
     {
         return Verdict::Same(format!("it holds member {n} ({id}) of this configuration"));
-    }
-    if theirs.iter().any(|(_, _, urls)| {
-        urls.iter()
-            .any(|u| ours.iter().any(|(_, _, o)| o.contains(u)))
-    }) {
-        return Verdict::Unknown(format!(
-            "its members {} have this configuration's peer URLs but other IDs (members \
-             replaced since the cluster was made, or another cluster token)",
-            list(&theirs)
-        ));
     }
     // The ID etcd gave a cluster whose members are still its first ones.
     let mut ids: Vec<u64> = theirs.iter().map(|(_, id, _)| id.0).collect();
@@ -156,6 +156,21 @@ pub fn of_snapshot(file: &Path, s: &Settings) -> Verdict {
         b.copy_from_slice(&d[..8]);
         Id(u64::from_be_bytes(b))
     };
+    let shares_a_url = theirs.iter().any(|(_, _, urls)| {
+        urls.iter()
+            .any(|u| ours.iter().any(|(_, _, o)| o.contains(u)))
+    });
+    if shares_a_url {
+        // Another token on the same addresses (clusters in networks of the same range),
+        // or every member replaced since the cluster was made: the file cannot tell.
+        return Verdict::Unknown(format!(
+            "{} may be of another cluster: its members {} (cluster {derived} by those \
+             members) have peer URLs of {this}, but none of its member IDs (another cluster \
+             token, or every member replaced since the cluster was made)",
+            file.display(),
+            list(&theirs)
+        ));
+    }
     Verdict::Other(format!(
         "{} is a snapshot of another cluster (members {}; cluster {derived} by those \
          members), none of {this}",
