@@ -959,7 +959,10 @@ fn a_killed_restore_leaves_nothing_and_the_rerun_says_where_the_old_data_is() {
     assert_eq!(names_with(dir.path(), "restoring"), Vec::<String>::new());
     assert_eq!(names_with(dir.path(), "data.before-restore-").len(), 1);
     // 3.4's snapshot is read as this cluster's: its members hold this member's ID.
-    assert!(!se.contains("another cluster") && !se.contains("cannot tell"), "{se}");
+    assert!(
+        !se.contains("another cluster") && !se.contains("cannot tell"),
+        "{se}"
+    );
     assert_restored(&mut c, &data, 10);
 }
 

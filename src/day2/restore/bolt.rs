@@ -36,6 +36,9 @@ pub struct Db {
 /// One leaf element: flags, key, value.
 type Element = (u32, Vec<u8>, Vec<u8>);
 
+/// A bucket's key-value pairs, in key order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
@@ -168,7 +171,7 @@ impl Db {
 
     /// The key-value pairs of the top-level bucket `name` (none if it is absent); nested
     /// buckets are left out.
-    pub fn bucket(&self, name: &[u8]) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, String> {
+    pub fn bucket(&self, name: &[u8]) -> Result<Option<Pairs>, String> {
         let mut budget = MAX_PAGES;
         let mut top = Vec::new();
         self.tree(self.root, 0, &mut budget, &mut top)?;

@@ -120,46 +120,6 @@ fn is_real_dir(p: &Path) -> bool {
     fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
 }
 
-/// Whether `dir` (a folder, `meta` its lstat) is a mount point: another device than
-/// `parent`'s, or a mount point in this process's mount table (a bind mount of a folder
-/// of the same filesystem).
-fn is_mount_point(dir: &Path, meta: &fs::Metadata, parent: &fs::Metadata) -> bool {
-    if meta.dev() != parent.dev() {
-        return true;
-    }
-    let (Ok(real), Ok(table)) = (
-        fs::canonicalize(dir),
-        fs::read_to_string("/proc/self/mountinfo"),
-    ) else {
-        return false;
-    };
-    table.lines().any(|l| {
-        l.split(' ')
-            .nth(4)
-            .is_some_and(|m| Path::new(&unescape_mountinfo(m)) == real)
-    })
-}
-
-/// A mountinfo path with its octal escapes (`\040` for a space) undone.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Refuses a folder restore writes into that is not root's (or, for a mount point, the
 /// data dir's owner etcd's) or that others may write in.
 fn check_writable_only_by_us(dir: &Path, what: &str, etcd_uid: Option<u32>) -> Result<(), Failure> {
@@ -247,10 +207,8 @@ impl Place {
                 data_dir.display()
             )));
         }
-        let pmeta = fs::symlink_metadata(&parent)
-            .map_err(|e| io_failed(&parent, e, format!("cannot look at {}", parent.display())))?;
         let owner = Some((meta.uid(), meta.gid()));
-        if is_mount_point(data_dir, &meta, &pmeta) {
+        if crate::cluster::lifecycle::aside::is_mount_point(data_dir) {
             check_writable_only_by_us(
                 data_dir,
                 "etcd.data_dir, a mount point",
@@ -390,11 +348,8 @@ impl Place {
     /// [`Place::swap`] inside a mount point.
     fn swap_inside(&self, staging: &Staging) -> Result<Option<PathBuf>, Failure> {
         let d = &self.data_dir;
-        let ours = |n: &str| {
-            n == "lost+found"
-                || token_of(n, ".", RESTORING).is_some()
-                || token_of(n, ".", BEFORE).is_some()
-        };
+        // lost+found, our staging and earlier asides stay.
+        let ours = crate::cluster::lifecycle::aside::stays_in_a_mount;
         let old = names(d)?
             .into_iter()
             .filter(|n| !ours(&n.to_string_lossy()))
@@ -566,16 +521,6 @@ mod tests {
         ] {
             assert!(token_of(not, "etcd.", RESTORING).is_none(), "{not}");
         }
-    }
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(
-            unescape_mountinfo("/var/lib/my\\040etcd"),
-            "/var/lib/my etcd"
-        );
-        assert_eq!(unescape_mountinfo("/a\\134b"), "/a\\b");
-        assert_eq!(unescape_mountinfo("/plain\\04"), "/plain\\04");
     }
 
     #[test]
