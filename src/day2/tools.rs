@@ -318,6 +318,22 @@ mod tests {
     }
 
     #[test]
+    fn a_fifo_or_a_folder_as_the_snapshot_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("snap.db");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for (path, skip) in [
+            (&fifo, false),
+            (&fifo, true),
+            (&dir.path().to_path_buf(), true),
+        ] {
+            let e = check_trailer_if_present(path, skip).unwrap_err();
+            assert_eq!(e.code, ReasonCode::SnapshotCorrupt);
+            assert!(e.message.contains("is not a regular file"), "{}", e.message);
+        }
+    }
+
+    #[test]
     fn the_trailer_is_there_exactly_32_bytes_past_a_page_multiple() {
         assert!(has_trailer(24576 + 32));
         assert!(!has_trailer(24576));

@@ -123,7 +123,8 @@ fn is_real_dir(p: &Path) -> bool {
 /// Refuses a folder restore writes into that is not root's (or, for a mount point, the
 /// data dir's owner etcd's) or that others may write in.
 fn check_writable_only_by_us(dir: &Path, what: &str, etcd_uid: Option<u32>) -> Result<(), Failure> {
-    let m = fs::symlink_metadata(dir)
+    // The folder itself, where a link to it leads (the data dir is no link by now).
+    let m = fs::metadata(dir)
         .map_err(|e| io_failed(dir, e, format!("cannot look at {} ({what})", dir.display())))?;
     let us = nix::unistd::geteuid().as_raw();
     let owner_ok = m.uid() == us || Some(m.uid()) == etcd_uid;
@@ -544,6 +545,32 @@ mod tests {
             f.message
         );
         assert!(real.exists() && link.exists());
+    }
+
+    #[test]
+    fn a_folder_others_may_write_in_is_refused_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let data = open.join("etcd");
+        for exists in [false, true] {
+            if exists {
+                fs::create_dir(&data).unwrap();
+            }
+            let f = Place::of(&data).unwrap_err();
+            assert_eq!(f.code, ReasonCode::RestoreFailed);
+            assert!(
+                f.message
+                    .contains(&format!("{} (the folder of etcd.data_dir)", open.display())),
+                "{}",
+                f.message
+            );
+            assert!(f.message.contains("mode 777"), "{}", f.message);
+        }
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(Place::of(&data).unwrap().kind, Kind::Beside);
     }
 
     #[test]
