@@ -154,9 +154,15 @@ pub struct RestoreArgs {
     /// The node's configuration (TOML).
     #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
     pub config: PathBuf,
-    /// Restore a file without etcd's SHA-256 trailer (a copied member/snap/db).
+    /// Let a file without etcd's SHA-256 trailer pass (a copied member/snap/db); a file
+    /// that has the trailer is still checked against it, and refused if it does not match.
     #[arg(long)]
     pub skip_hash_check: bool,
+    /// Refuse (cluster-mismatch) a snapshot not shown to be of this configuration's
+    /// cluster (by its name, or the members it holds); without it, one of another cluster
+    /// is restored with a warning.
+    #[arg(long)]
+    pub cluster_check: bool,
     /// Do not stop and start etcd.service: the caller does (tests, manual recovery).
     #[arg(long, hide = true)]
     pub no_systemd: bool,

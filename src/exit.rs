@@ -276,7 +276,7 @@ pub const RESTORE: Table = Table {
         ),
         code(
             upkeep::FAILED,
-            "not restored (snapshot-corrupt, restore-failed, systemd-failed, disk-full); the reason is printed",
+            "not restored (snapshot-corrupt, cluster-mismatch, restore-failed, systemd-failed, disk-full); the reason is printed",
         ),
         code(USAGE, "the command line is wrong"),
         code(

@@ -690,3 +690,452 @@ fn pruned_snapshots_move_aside_and_a_copied_db_restores_with_skip_hash_check() {
     c.await_ready(0);
     assert_eq!(c.client().get("more").unwrap(), Some(b"yes".to_vec()));
 }
+
+// ---- restore on real disks: mount points, links, kills, full disks, trailers, clusters
+
+/// A tmpfs mounted at a path for one test, unmounted when dropped (also when the test
+/// fails: the unwinding drops it), lazily so a process still inside cannot keep it.
+struct Mounted(PathBuf);
+
+impl Mounted {
+    fn tmpfs(at: &Path, size: &str) -> Mounted {
+        std::fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755")])
+            .arg("tmpfs")
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount tmpfs at {}: {:?}",
+            at.display(),
+            out
+        );
+        Mounted(at.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Whether `path` is a mount point in this process's mount table.
+fn is_mount_point(path: &Path) -> bool {
+    let real = std::fs::canonicalize(path).unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(real.to_str().unwrap()))
+}
+
+/// `etcd-setup restore FILE --config CFG --no-systemd` with `extra` arguments and
+/// `env` variables.
+fn restore_with(
+    file: &Path,
+    cfg: &Path,
+    run_dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    Command::new(BIN)
+        .arg("restore")
+        .arg(file)
+        .arg("--config")
+        .arg(cfg)
+        .arg("--no-systemd")
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(extra)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// Names in `dir` that contain `part`.
+fn names_with(dir: &Path, part: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(part))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A one-member cluster with `keys` keys, a snapshot of it by `etcd-setup snapshot`, and
+/// the member killed (the cluster is lost); the config and the snapshot file.
+fn lost_cluster_with_a_snapshot(
+    version: &str,
+    token: &str,
+    dir: &Path,
+    keys: usize,
+) -> (Cluster, PathBuf, PathBuf) {
+    let mut c = Cluster::start(version, 1, token);
+    let cfg = config(
+        &c,
+        0,
+        dir,
+        &format!("[snapshot]\ndir = \"{}/snaps\"\n", dir.display()),
+    );
+    let client = c.client();
+    for i in 0..keys {
+        client
+            .put(&format!("key/{i}"), &format!("value {i}"))
+            .unwrap();
+    }
+    let state = dir.join("state");
+    let out = snapshot(&cfg, &state);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let file = PathBuf::from(record(&state)["last"]["file"].as_str().unwrap());
+    c.kill(0);
+    (c, cfg, file)
+}
+
+/// etcd started once with --force-new-cluster on `data` (systemd's part on a node) has
+/// key/0..keys.
+fn assert_restored(c: &mut Cluster, data: &Path, keys: usize) {
+    c.members[0].data_dir = data.to_path_buf();
+    let initial = c.initial_cluster_arg();
+    c.extra = vec!["--force-new-cluster".into()];
+    c.launch(0, &initial, "new");
+    c.await_ready(0);
+    c.extra.clear();
+    let client = c.client();
+    for i in 0..keys {
+        assert_eq!(
+            client.get(&format!("key/{i}")).unwrap(),
+            Some(format!("value {i}").into_bytes())
+        );
+    }
+}
+
+/// The data dir is its own volume (a tmpfs mounted there): the restore happens inside
+/// it — staging there, the old `member/` moved to `.before-restore-*` there, the
+/// restored one in place — the mount stays, nothing lands on the parent disk; a
+/// symlinked data dir is refused naming its target, and nothing changes.
+#[test]
+fn restore_onto_a_mounted_data_dir_stays_inside_it_and_a_linked_one_is_refused() {
+    let dir = scratch();
+    let (mut c, cfg, file) = lost_cluster_with_a_snapshot("3.5.16", "tok-mount", dir.path(), 20);
+    let data = dir.path().join("data");
+
+    // A link to the real folder: refused, both untouched.
+    let real = dir.path().join("real-data");
+    std::fs::create_dir_all(real.join("member")).unwrap();
+    std::fs::write(real.join("member/old-marker"), "old").unwrap();
+    std::os::unix::fs::symlink(&real, &data).unwrap();
+    let out = restore_with(&file, &cfg, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(se.starts_with("restore-failed: "), "{se}");
+    assert!(
+        se.contains(&format!(
+            "{} (etcd.data_dir) is a symbolic link to {}",
+            data.display(),
+            real.display()
+        )),
+        "{se}"
+    );
+    assert!(std::fs::symlink_metadata(&data)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(real.join("member/old-marker")).unwrap(),
+        "old"
+    );
+    assert_eq!(names_with(dir.path(), ".restoring-"), Vec::<String>::new());
+    std::fs::remove_file(&data).unwrap();
+
+    // The data dir a mount point, with old data.
+    let _mount = Mounted::tmpfs(&data, "512m");
+    std::fs::create_dir_all(data.join("member")).unwrap();
+    std::fs::write(data.join("member/old-marker"), "old").unwrap();
+    let out = restore_with(&file, &cfg, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    assert!(
+        is_mount_point(&data),
+        "the mount at {} is gone",
+        data.display()
+    );
+    let aside = names_with(&data, ".before-restore-");
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let aside = data.join(&aside[0]);
+    assert_eq!(
+        std::fs::read_to_string(aside.join("member/old-marker")).unwrap(),
+        "old"
+    );
+    assert!(
+        so.contains(&format!("old data dir moved to {}", aside.display())),
+        "{so}"
+    );
+    assert!(!data.join("member/old-marker").exists());
+    assert_eq!(names_with(&data, "restoring"), Vec::<String>::new());
+    // Nothing beside the mount on the parent disk.
+    assert_eq!(names_with(dir.path(), "data."), Vec::<String>::new());
+    assert_restored(&mut c, &data, 20);
+}
+
+/// A restore killed (SIGKILL, the test fixtures' kill point) after its restore into the
+/// staging folder, and another between its two renames; a staging folder of the old
+/// unsuffixed name beside them: the rerun removes every staging folder (ours, not data),
+/// says where the old data went (the `.before-restore-*` of the killed attempt), and
+/// leaves no staging behind. On 3.4.23, whose etcdctl restores.
+#[cfg(feature = "test-fixtures")]
+#[test]
+fn a_killed_restore_leaves_nothing_and_the_rerun_says_where_the_old_data_is() {
+    let dir = scratch();
+    let (mut c, cfg, file) = lost_cluster_with_a_snapshot("3.4.23", "tok-kill", dir.path(), 10);
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("member")).unwrap();
+    std::fs::write(data.join("member/old-marker"), "old").unwrap();
+    // What an earlier version's killed attempt left.
+    let old_style = dir.path().join("data.restoring-20261201T101500Z");
+    std::fs::create_dir_all(old_style.join("member/snap")).unwrap();
+    std::fs::write(old_style.join("member/snap/db"), vec![0u8; 4096]).unwrap();
+
+    let killed = restore_with(
+        &file,
+        &cfg,
+        dir.path(),
+        &[],
+        &[("ETCD_SETUP_KILL_AT", "restore-staged")],
+    );
+    assert_eq!(
+        killed.status.code(),
+        None,
+        "not killed: {:?}",
+        text(&killed)
+    );
+    // The old name removed; the killed attempt's staging, with its restored member, left.
+    assert!(!old_style.exists());
+    let staged = names_with(dir.path(), "data.restoring-");
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    assert!(dir.path().join(&staged[0]).join("data/member").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(data.join("member/old-marker")).unwrap(),
+        "old"
+    );
+
+    let killed = restore_with(
+        &file,
+        &cfg,
+        dir.path(),
+        &[],
+        &[("ETCD_SETUP_KILL_AT", "restore-between-renames")],
+    );
+    assert_eq!(
+        killed.status.code(),
+        None,
+        "not killed: {:?}",
+        text(&killed)
+    );
+    assert!(!data.exists());
+    assert!(!dir.path().join(&staged[0]).exists());
+    assert_eq!(names_with(dir.path(), "data.restoring-").len(), 1);
+    let aside = names_with(dir.path(), "data.before-restore-");
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let aside = dir.path().join(&aside[0]);
+    assert_eq!(
+        std::fs::read_to_string(aside.join("member/old-marker")).unwrap(),
+        "old"
+    );
+    std::fs::create_dir_all(old_style.join("member/snap")).unwrap();
+
+    let out = restore_with(&file, &cfg, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    assert!(
+        so.contains(&format!("had moved it to {}", aside.display())),
+        "{so}"
+    );
+    assert!(
+        se.contains("removed ") && se.contains("data.restoring-20261201T101500Z"),
+        "{se}"
+    );
+    assert_eq!(names_with(dir.path(), "restoring"), Vec::<String>::new());
+    assert_eq!(names_with(dir.path(), "data.before-restore-").len(), 1);
+    // 3.4's snapshot is read as this cluster's: its members hold this member's ID.
+    assert!(
+        !se.contains("another cluster") && !se.contains("cannot tell"),
+        "{se}"
+    );
+    assert_restored(&mut c, &data, 10);
+}
+
+/// A disk too small for the restored member (etcd preallocates a 64 MiB WAL): `disk-full`
+/// naming the data dir's disk, not `restore-failed`, and no staging left to fill it
+/// further, run after run; beside the data dir and inside a mounted one alike.
+#[test]
+fn a_full_disk_is_disk_full_and_every_attempt_cleans_its_staging() {
+    let dir = scratch();
+    let (_c, cfg, file) = lost_cluster_with_a_snapshot("3.5.16", "tok-full", dir.path(), 5);
+    let data = dir.path().join("data");
+    // The data dir's parent is a small disk: the restore stages beside the data dir there.
+    let small = dir.path().join("small");
+    let _small = Mounted::tmpfs(&small, "40m");
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap().replace(
+        &format!("data_dir = \"{}\"", data.display()),
+        &format!("data_dir = \"{}/data\"", small.display()),
+    );
+    let small_cfg = dir.path().join("small.toml");
+    std::fs::write(&small_cfg, text_cfg).unwrap();
+    std::fs::create_dir_all(small.join("data/member")).unwrap();
+    for _ in 0..3 {
+        let out = restore_with(&file, &small_cfg, dir.path(), &[], &[]);
+        let (so, se) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{so}{se}");
+        assert!(se.starts_with("disk-full: the disk holding "), "{se}");
+        assert!(se.contains(&small.display().to_string()), "{se}");
+        assert_eq!(names_with(&small, "restoring"), Vec::<String>::new());
+        assert!(small.join("data/member").is_dir());
+    }
+    // The data dir itself a small volume: the same inside it.
+    let _data = Mounted::tmpfs(&data, "40m");
+    std::fs::create_dir_all(data.join("member")).unwrap();
+    let out = restore_with(&file, &cfg, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(se.starts_with("disk-full: the disk holding "), "{se}");
+    assert!(se.contains(&data.display().to_string()), "{se}");
+    assert_eq!(names_with(&data, "restoring"), Vec::<String>::new());
+    assert_eq!(names_with(&data, "before-restore"), Vec::<String>::new());
+    assert!(data.join("member").is_dir());
+}
+
+/// `--skip-hash-check` lets a file without a trailer pass, not a damaged one with it: a
+/// bit-flipped `etcdctl snapshot save` file is `snapshot-corrupt` with it too, and the
+/// data dir is untouched.
+#[test]
+fn skip_hash_check_still_checks_a_trailer_that_is_there() {
+    let dir = scratch();
+    let (_c, cfg, file) = lost_cluster_with_a_snapshot("3.5.16", "tok-trailer", dir.path(), 5);
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("member")).unwrap();
+    std::fs::write(data.join("member/old-marker"), "old").unwrap();
+    let bad = dir.path().join("bad.db");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x01;
+    std::fs::write(&bad, bytes).unwrap();
+    let out = restore_with(&bad, &cfg, dir.path(), &["--skip-hash-check"], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(se.starts_with("snapshot-corrupt: "), "{se}");
+    assert!(se.contains("trailer does not match"), "{se}");
+    assert_eq!(
+        std::fs::read_to_string(data.join("member/old-marker")).unwrap(),
+        "old"
+    );
+    assert_eq!(names_with(dir.path(), "data."), Vec::<String>::new());
+}
+
+/// A snapshot of another cluster: restored with a warning naming both clusters; refused
+/// as `cluster-mismatch` with `--cluster-check` — by the members it holds (other
+/// addresses: another cluster; the same addresses with other member IDs, as another
+/// token gives: not shown to be this one), and by a name carrying its cluster ID; a
+/// snapshot of this cluster passes `--cluster-check` without a word.
+#[test]
+fn a_snapshot_of_another_cluster_is_warned_about_and_refused_with_cluster_check() {
+    let dir = scratch();
+    let mut c = Cluster::start("3.5.16", 1, "tok-theirs");
+    let theirs = c.client().member_list().unwrap().header.cluster_id;
+    c.client().put("key/0", "value 0").unwrap();
+    let file = dir.path().join("theirs.db");
+    let out = Command::new(c.etcdctl())
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", c.client_url(0)))
+        .args(["snapshot", "save"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    c.kill(0);
+    let own_cfg = config(&c, 0, dir.path(), "");
+    let own_text = std::fs::read_to_string(&own_cfg).unwrap();
+    let variant = |name: &str, from: &str, to: &str| {
+        let path = dir.path().join(name);
+        assert!(own_text.contains(from), "{own_text}");
+        std::fs::write(&path, own_text.replace(from, to)).unwrap();
+        path
+    };
+    let ip = c.members[0].ip.to_string();
+    let other_ip = {
+        let mut o = c.members[0].ip.octets();
+        o[3] = 9;
+        std::net::Ipv4Addr::from(o).to_string()
+    };
+    let cases = [
+        // The same addresses, another token: every member ID differs.
+        (
+            variant("token.toml", "\"tok-theirs\"", "\"tok-ours\""),
+            "tok-ours",
+            ip.clone(),
+            "may be of another cluster",
+        ),
+        // Other addresses: nothing in common.
+        (
+            variant("addresses.toml", &ip, &other_ip),
+            "tok-theirs",
+            other_ip.clone(),
+            "is a snapshot of another cluster",
+        ),
+    ];
+    let peer_port = c.peer_port;
+    for (cfg, token, ip, says) in &cases {
+        let configured = vec![(
+            c.members[0].name.clone(),
+            format!("http://{ip}:{peer_port}"),
+        )];
+        let ours = etcd_setup::cluster::etcd::cluster_id(&configured, token);
+        let out = restore_with(&file, cfg, dir.path(), &["--cluster-check"], &[]);
+        let (so, se) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{so}{se}");
+        assert!(se.starts_with("cluster-mismatch: "), "{se}");
+        assert!(se.contains(says), "{se}");
+        assert!(
+            se.contains(&format!("cluster {theirs} by those members")),
+            "{se}"
+        );
+        assert!(
+            se.contains(&format!("this configuration's cluster {ours} ")),
+            "{se}"
+        );
+        assert!(!dir.path().join("data").exists());
+    }
+    // Named for its cluster as `etcd-setup snapshot` names it.
+    let named = dir.path().join(format!(
+        "etcd-snapshot-{:016x}-m1-20261201T101500.000Z-rev2.db",
+        theirs.0
+    ));
+    std::fs::copy(&file, &named).unwrap();
+    let out = restore_with(&named, &cases[0].0, dir.path(), &["--cluster-check"], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(se.starts_with("cluster-mismatch: "), "{se}");
+    assert!(
+        se.contains(&format!("snapshot of cluster {theirs} (its name)")),
+        "{se}"
+    );
+
+    // Without the check: restored, with the warning.
+    let out = restore_with(&file, &cases[1].0, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    assert!(
+        se.contains("warning: ") && se.contains(&format!("cluster {theirs} by those members")),
+        "{se}"
+    );
+
+    // Its own cluster's snapshot passes the check, without a word.
+    std::fs::rename(dir.path().join("data"), dir.path().join("restored-once")).unwrap();
+    let out = restore_with(&file, &own_cfg, dir.path(), &["--cluster-check"], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    assert!(!se.contains("warning"), "{se}");
+}

@@ -1,18 +1,24 @@
 //! `etcd-setup restore FILE`: after the cluster lost quorum or its data, a snapshot
 //! becomes a new one-member cluster on this node; the other nodes then join it.
 //!
-//! 1. The file is checked: etcd's SHA-256 trailer (unless `--skip-hash-check`), then
-//!    `snapshot status` (revision, keys).
+//! 1. The file is checked: etcd's SHA-256 trailer (`--skip-hash-check` lets a file without
+//!    one pass, a trailer that is there is always checked), then `snapshot status`
+//!    (revision, keys), then which cluster it is of ([`identity`]): another cluster's is
+//!    warned about, and refused as `cluster-mismatch` with `--cluster-check`.
 //! 2. etcd is stopped ([`EtcdService::stop`]: systemd on a node; with `--no-systemd` the
 //!    caller has stopped it, and the client port must not answer any more).
-//! 3. `snapshot restore` into `<data_dir>.restoring-<time>` beside the data dir, with the
-//!    configuration's `initial_cluster` and `cluster_token`: the restored cluster has the
+//! 3. `snapshot restore` into a private staging folder on the data dir's own filesystem
+//!    ([`swap`]: beside it, or inside it when it is a mount point; a symlinked data dir is
+//!    refused), with the configuration's `initial_cluster` and `cluster_token`: the
+//!    restored cluster has the
 //!    cluster ID the configuration gives, which the other nodes' join checks before they
 //!    join (a restore with this node as the only initial member would get another ID, and
 //!    they would refuse it as `cluster-mismatch`).
-//! 4. The new dir gets the old data dir's owner (or user etcd's, without one); the old data dir is moved aside to
-//!    `<data_dir>.before-restore-<time>` (never deleted); the new one takes its place;
-//!    the parent folder is fsynced.
+//! 4. The new dir gets the old data dir's owner (or user etcd's, without one); the old
+//!    data is moved aside to `<data_dir>.before-restore-<time>-<pid>` (inside a mount
+//!    point: `<data_dir>/.before-restore-<time>-<pid>`; never deleted); the new one takes
+//!    its place; the folders are fsynced. The staging folder is removed on every way out,
+//!    and what killed attempts left is removed by the next one.
 //! 5. etcd is started once with `--force-new-cluster` ([`EtcdService::start_forced`]),
 //!    which makes the restored data a one-member cluster of that ID, and must come up;
 //!    the flag is taken out of etcd's environment file as soon as it is up, so a later
@@ -20,13 +26,16 @@
 //!
 //! Any step failing leaves the old data dir in place or beside, named in the message.
 
+mod bolt;
+pub mod identity;
+pub mod swap;
+
 use super::tools::{self, RestoreTo};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::Settings;
 use crate::shared::member::ThisMember;
 use std::fs;
 use std::net::TcpStream;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -106,31 +115,43 @@ pub struct Restored {
     pub data_dir: PathBuf,
     /// Where the old data dir went, if there was one.
     pub moved_aside: Option<PathBuf>,
+    /// Without old data: where the data of an earlier restore went (the one a killed
+    /// attempt had moved aside, else the newest).
+    pub earlier_aside: Option<PathBuf>,
+    /// Whether that earlier restore was killed between moving the old data aside and
+    /// putting its own in place.
+    pub interrupted: bool,
+}
+
+impl Restored {
+    /// The line saying where the old data is.
+    pub fn aside_line(&self) -> String {
+        match (&self.moved_aside, &self.earlier_aside) {
+            (Some(a), _) => format!("old data dir moved to {}", a.display()),
+            (None, Some(e)) if self.interrupted => format!(
+                "there was no old data dir: an earlier restore, stopped before it finished, \
+                 had moved it to {}",
+                e.display()
+            ),
+            (None, Some(e)) => format!(
+                "there was no old data dir; the newest one an earlier restore moved aside is {}",
+                e.display()
+            ),
+            (None, None) => "there was no old data dir".into(),
+        }
+    }
+}
+
+/// A warning on stderr, on one line.
+fn warn(text: &str) {
+    eprintln!(
+        "etcd-setup restore: warning: {}",
+        crate::shared::printable::line(text)
+    );
 }
 
 fn failed(message: String) -> Failure {
     Failure::new(ReasonCode::RestoreFailed, message)
-}
-
-/// `path` with `suffix` appended to its last component.
-fn beside(path: &Path, suffix: &str) -> PathBuf {
-    PathBuf::from(format!("{}{suffix}", path.display()))
-}
-
-/// Gives every file under `dir` the owner `(uid, gid)`.
-fn chown_tree(dir: &Path, uid: u32, gid: u32) -> Result<(), Failure> {
-    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))
-        .map_err(|e| Failure::io(dir, "cannot chown", e))?;
-    if fs::symlink_metadata(dir)
-        .map(|m| m.is_dir())
-        .unwrap_or(false)
-    {
-        for e in fs::read_dir(dir).map_err(|e| Failure::io(dir, "cannot list", e))? {
-            let e = e.map_err(|e| Failure::io(dir, "cannot list", e))?;
-            chown_tree(&e.path(), uid, gid)?;
-        }
-    }
-    Ok(())
 }
 
 /// Restores `file` as this node's new one-member cluster.
@@ -138,15 +159,43 @@ pub fn restore(
     s: &Settings,
     file: &Path,
     skip_hash_check: bool,
+    cluster_check: bool,
     etcd: &dyn EtcdService,
     now: SystemTime,
 ) -> Result<Restored, Failure> {
-    if !skip_hash_check {
-        tools::check_trailer(file)?;
-    }
+    // A trailer that is there is checked, --skip-hash-check or not.
+    let has_trailer = tools::check_trailer_if_present(file, skip_hash_check)?;
     let member = ThisMember::of(s);
     let tool = member.snapshot_tool();
     let status = tools::file_status(tool, file)?;
+    match identity::of_snapshot(file, s) {
+        identity::Verdict::Same(_) => {}
+        identity::Verdict::Other(why) if cluster_check => {
+            return Err(Failure::new(
+                ReasonCode::ClusterMismatch,
+                format!("{why}; not restored (--cluster-check)"),
+            ))
+        }
+        identity::Verdict::Other(why) => warn(&format!(
+            "{why}; restoring it anyway as this configuration's cluster \
+             (--cluster-check refuses it)"
+        )),
+        identity::Verdict::Unknown(why) if cluster_check => {
+            return Err(Failure::new(
+                ReasonCode::ClusterMismatch,
+                format!(
+                    "{why}; --cluster-check restores only a snapshot shown to be of this \
+                     configuration's cluster"
+                ),
+            ))
+        }
+        identity::Verdict::Unknown(why) => warn(&format!(
+            "{why}; restoring it as this configuration's cluster (--cluster-check refuses \
+             what it cannot show to be of it)"
+        )),
+    }
+    // Refusals (a link, a folder others may write in) before etcd is stopped.
+    let place = swap::Place::of(&s.data_dir)?;
 
     etcd.stop()?;
     let client = member.client_addr;
@@ -157,13 +206,17 @@ pub fn restore(
         )));
     }
 
-    let ts = super::stamp(now);
-    let new = beside(&s.data_dir, &format!(".restoring-{ts}"));
-    if new.exists() {
-        // Our own output of an earlier attempt this very second: not data.
-        fs::remove_dir_all(&new).map_err(|e| Failure::io(&new, "cannot remove", e))?;
+    let leftovers = place.clear_leftovers()?;
+    for p in &leftovers.removed {
+        warn(&format!(
+            "removed {}, the staging folder of an earlier restore that did not finish (our \
+             own output, not data)",
+            p.display()
+        ));
     }
+    let staging = place.stage(now)?;
     let initial_cluster = crate::shared::unit::Membership::configured(s).initial_cluster;
+    let new = staging.data();
     tools::restore(
         tool,
         file,
@@ -173,64 +226,35 @@ pub fn restore(
             initial_cluster: &initial_cluster,
             token: &s.cluster_token,
             data_dir: &new,
-            skip_hash_check,
+            skip_hash_check: !has_trailer,
         },
         Duration::from_secs(1800),
     )?;
+    swap::kill_point("staged");
     fs::set_permissions(&new, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .map_err(|e| Failure::io(&new, "cannot chmod", e))?;
-
-    let old = fs::metadata(&s.data_dir).ok();
     // etcd runs as its own user: the restored files get the old data dir's owner, or,
     // with no old data dir, that user's (when we are root and it exists).
-    let owner = match &old {
-        Some(m) => Some((m.uid(), m.gid())),
-        None if nix::unistd::geteuid().is_root() => {
-            nix::unistd::User::from_name(crate::shared::unit::ETCD_USER)
-                .ok()
-                .flatten()
-                .map(|u| (u.uid.as_raw(), u.gid.as_raw()))
-        }
-        None => None,
-    };
-    if let Some((uid, gid)) = owner {
+    if let Some((uid, gid)) = place.owner() {
         if uid != nix::unistd::geteuid().as_raw() || gid != nix::unistd::getegid().as_raw() {
-            chown_tree(&new, uid, gid)?;
+            swap::chown_tree(&new, uid, gid)?;
         }
     }
-    let moved_aside = match old {
-        Some(_) => {
-            let aside = beside(&s.data_dir, &format!(".before-restore-{ts}"));
-            fs::rename(&s.data_dir, &aside).map_err(|e| {
-                failed(format!(
-                    "cannot move {} aside to {}: {e}; the restored data waits in {}",
-                    s.data_dir.display(),
-                    aside.display(),
-                    new.display()
-                ))
-            })?;
-            Some(aside)
-        }
-        None => None,
-    };
-    fs::rename(&new, &s.data_dir).map_err(|e| {
-        failed(format!(
-            "cannot move {} into place at {}: {e}{}",
-            new.display(),
-            s.data_dir.display(),
-            moved_aside.as_ref().map_or(String::new(), |a| format!(
-                "; the old data is in {}",
-                a.display()
-            ))
-        ))
-    })?;
-    super::sync_dir(s.data_dir.parent().unwrap_or(Path::new("/")))?;
+    let moved_aside = place.swap(&staging)?;
+    drop(staging);
     etcd.start_forced(s)?;
+    let (earlier_aside, interrupted) = match (&moved_aside, leftovers.interrupted_aside) {
+        (Some(_), _) => (None, false),
+        (None, Some(a)) => (Some(a), true),
+        (None, None) => (leftovers.newest_aside, false),
+    };
     Ok(Restored {
         revision: status.revision,
         total_keys: status.total_keys,
         data_dir: s.data_dir.clone(),
         moved_aside,
+        earlier_aside,
+        interrupted,
     })
 }
 
@@ -261,6 +285,7 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
         &s,
         &args.file,
         args.skip_hash_check,
+        args.cluster_check,
         service.as_ref(),
         SystemTime::now(),
     ) {
@@ -276,16 +301,10 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                     s.node_name
                 ))
             ));
-            match &r.moved_aside {
-                Some(a) => crate::shared::output::print(&format!(
-                    "{}\n",
-                    crate::shared::printable::line(&format!(
-                        "old data dir moved to {}",
-                        a.display()
-                    ))
-                )),
-                None => crate::shared::output::print("there was no old data dir\n"),
-            }
+            crate::shared::output::print(&format!(
+                "{}\n",
+                crate::shared::printable::line(&r.aside_line())
+            ));
             if args.no_systemd {
                 crate::shared::output::print(
                     "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)\n",

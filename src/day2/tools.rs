@@ -73,23 +73,61 @@ pub fn file_status(tool: &Path, file: &Path) -> Result<FileStatus, Failure> {
     })
 }
 
+/// Opens `file` to read without blocking (a FIFO planted at its name must not hang the
+/// command) and only if it is a regular file.
+pub fn open_regular(file: &Path) -> Result<std::fs::File, Failure> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(file)
+        .map_err(|e| Failure::io(file, "cannot open", e))?;
+    let m = f
+        .metadata()
+        .map_err(|e| Failure::io(file, "cannot stat", e))?;
+    if !m.is_file() {
+        return Err(Failure::new(
+            ReasonCode::SnapshotCorrupt,
+            format!("{} is not a regular file", file.display()),
+        ));
+    }
+    Ok(f)
+}
+
+/// Whether a file of `size` bytes ends in etcd's SHA-256 trailer: a bbolt database is a
+/// whole number of pages (512-byte multiples at least), so a streamed snapshot is 32
+/// bytes past one, and a copied `member/snap/db` never is.
+pub fn has_trailer(size: u64) -> bool {
+    size >= 512 + 32 && size % 512 == 32
+}
+
 /// Checks the SHA-256 etcd appends to a streamed snapshot (the database, then 32 bytes
-/// of its digest; the database is a whole number of 512-byte pages, so the trailer is
-/// present exactly when the size is 32 past a multiple of 512). A file without it (a
-/// copied `member/snap/db`) is refused: restore it with `--skip-hash-check`.
+/// of its digest; see [`has_trailer`]). A file without it (a copied `member/snap/db`) is
+/// refused: restore it with `--skip-hash-check`.
 pub fn check_trailer(file: &Path) -> Result<(), Failure> {
+    // Without leave to lack one, a file without a trailer is an error.
+    check_trailer_if_present(file, false).map(drop)
+}
+
+/// [`check_trailer`], except that with `may_lack_one` (`restore --skip-hash-check`) a
+/// file without a trailer passes: `Ok(true)` when a trailer was there and matched,
+/// `Ok(false)` when there was none. A trailer that is there is always checked.
+pub fn check_trailer_if_present(file: &Path, may_lack_one: bool) -> Result<bool, Failure> {
     let corrupt = |why: String| {
         Failure::new(
             ReasonCode::SnapshotCorrupt,
             format!("{}: {why}", file.display()),
         )
     };
-    let mut f = std::fs::File::open(file).map_err(|e| Failure::io(file, "cannot open", e))?;
+    let mut f = open_regular(file)?;
     let size = f
         .metadata()
         .map_err(|e| Failure::io(file, "cannot stat", e))?
         .len();
-    if size < 512 + 32 || size % 512 != 32 {
+    if !has_trailer(size) {
+        if may_lack_one {
+            return Ok(false);
+        }
         return Err(corrupt(format!(
             "{size} bytes is no database with etcd's SHA-256 trailer (truncated, or a \
              copied db file: restore that with --skip-hash-check)"
@@ -109,11 +147,16 @@ pub fn check_trailer(file: &Path) -> Result<(), Failure> {
     f.read_exact(&mut trailer)
         .map_err(|e| Failure::io(file, "cannot read", e))?;
     if h.finalize().as_slice() != trailer {
-        return Err(corrupt(
-            "its SHA-256 trailer does not match its content (damaged or truncated)".into(),
-        ));
+        let skip = if may_lack_one {
+            "; --skip-hash-check is for files without a trailer, and this one has one"
+        } else {
+            ""
+        };
+        return Err(corrupt(format!(
+            "its SHA-256 trailer does not match its content (damaged or truncated){skip}"
+        )));
     }
-    Ok(())
+    Ok(true)
 }
 
 /// How far a restore moves the revision on (etcdutl 3.5.x that has `--bump-revision`):
@@ -175,16 +218,83 @@ pub fn restore(
         args.push(format!("--bump-revision={BUMP_REVISION}"));
         args.push("--mark-compacted".into());
     }
-    run(tool, &args, deadline).map(drop).map_err(|e| {
+    run(tool, &args, deadline)
+        .map(drop)
+        .map_err(|e| restore_error(file, to.data_dir, &e))
+}
+
+/// What a failed `snapshot restore` means: `disk-full` when the tool ran out of space or
+/// quota (its error line says so: `no space left on device`, `disk quota exceeded`),
+/// else `restore-failed`.
+fn restore_error(file: &Path, data_dir: &Path, said: &str) -> Failure {
+    let lower = said.to_ascii_lowercase();
+    if lower.contains("no space left on device") || lower.contains("disk quota exceeded") {
+        Failure::new(
+            ReasonCode::DiskFull,
+            format!(
+                "the disk holding {} is full (restoring {}: {said}); free space there and run \
+                 again",
+                data_dir.display(),
+                file.display()
+            ),
+        )
+    } else {
         Failure::new(
             ReasonCode::RestoreFailed,
             format!(
-                "cannot restore {} into {}: {e}",
+                "cannot restore {} into {}: {said}",
                 file.display(),
-                to.data_dir.display()
+                data_dir.display()
             ),
         )
-    })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tools_enospc_and_edquot_are_disk_full() {
+        let f = Path::new("/s/x.db");
+        let d = Path::new("/var/lib/etcd/.restoring-x/data");
+        for said in [
+            "etcdutl snapshot restore failed (exit status: 1): write /var/lib/etcd/member/snap/db: no space left on device",
+            "Error: open x: disk quota exceeded",
+        ] {
+            let e = restore_error(f, d, said);
+            assert_eq!(e.code, ReasonCode::DiskFull, "{said}");
+            assert!(e.message.contains("/var/lib/etcd/.restoring-x/data"), "{}", e.message);
+        }
+        assert_eq!(
+            restore_error(f, d, "Error: snapshot file has wrong size").code,
+            ReasonCode::RestoreFailed
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_a_folder_as_the_snapshot_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("snap.db");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for (path, skip) in [
+            (&fifo, false),
+            (&fifo, true),
+            (&dir.path().to_path_buf(), true),
+        ] {
+            let e = check_trailer_if_present(path, skip).unwrap_err();
+            assert_eq!(e.code, ReasonCode::SnapshotCorrupt);
+            assert!(e.message.contains("is not a regular file"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn the_trailer_is_there_exactly_32_bytes_past_a_page_multiple() {
+        assert!(has_trailer(24576 + 32));
+        assert!(!has_trailer(24576));
+        assert!(!has_trailer(32));
+        assert!(!has_trailer(24576 + 33));
+    }
 }
 
 #[cfg(test)]

@@ -4,10 +4,15 @@
 //! One rename within the parent folder (atomic: a power cut leaves the old name or the
 //! new one), then the parent is fsynced so the new name is durable. A name already taken
 //! gets `-2`, `-3`, ... appended; `rename(2)` onto an existing non-empty folder fails, so
-//! nothing is ever overwritten. Used by joining (a removed member's data), and meant for
-//! restore and upgrade as well.
+//! nothing is ever overwritten. Used by joining (a removed member's data) and leaving.
+//!
+//! A data dir that is a mount point (etcd on its own volume) cannot be renamed (`EBUSY`),
+//! and moving it to the parent disk would copy the data off its volume: its contents are
+//! moved into `PATH/.LABEL-STAMP` inside it instead (all but `lost+found` and earlier
+//! asides of ours), and that is returned.
 
 use anyhow::{bail, Context, Result};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -23,18 +28,13 @@ pub fn move_aside(path: &Path, label: &str, now: SystemTime) -> Result<PathBuf> 
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    std::fs::symlink_metadata(path)
+    let meta = std::fs::symlink_metadata(path)
         .with_context(|| format!("cannot move {} aside", path.display()))?;
-    let base = format!("{}.{label}-{}", name.to_string_lossy(), stamp(now));
-    let mut target = parent.join(&base);
-    let mut n = 1;
-    while std::fs::symlink_metadata(&target).is_ok() {
-        n += 1;
-        if n > 1000 {
-            bail!("no free name to move {} aside as {base}", path.display());
-        }
-        target = parent.join(format!("{base}-{n}"));
+    if meta.is_dir() && is_mount_point(path) {
+        return move_contents_aside(path, label, now);
     }
+    let base = format!("{}.{label}-{}", name.to_string_lossy(), stamp(now));
+    let target = free_name(parent, &base, path)?;
     std::fs::rename(path, &target)
         .with_context(|| format!("cannot rename {} to {}", path.display(), target.display()))?;
     std::fs::File::open(parent)
@@ -46,6 +46,125 @@ pub fn move_aside(path: &Path, label: &str, now: SystemTime) -> Result<PathBuf> 
                 path.display()
             )
         })?;
+    Ok(target)
+}
+
+/// `dir/base`, or `dir/base-2`, `-3`, ...: the first name nothing has.
+fn free_name(dir: &Path, base: &str, moving: &Path) -> Result<PathBuf> {
+    let mut target = dir.join(base);
+    let mut n = 1;
+    while std::fs::symlink_metadata(&target).is_ok() {
+        n += 1;
+        if n > 1000 {
+            bail!("no free name to move {} aside as {base}", moving.display());
+        }
+        target = dir.join(format!("{base}-{n}"));
+    }
+    Ok(target)
+}
+
+/// Whether the folder `dir` is a mount point: on another device than its parent, or a
+/// mount point in this process's mount table (a bind mount from the same filesystem).
+/// A link is not followed: it is no mount point.
+pub fn is_mount_point(dir: &Path) -> bool {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let (Ok(m), Ok(p)) = (
+        std::fs::symlink_metadata(dir),
+        std::fs::symlink_metadata(parent),
+    ) else {
+        return false;
+    };
+    if !m.is_dir() {
+        return false;
+    }
+    if m.dev() != p.dev() {
+        return true;
+    }
+    let (Ok(real), Ok(table)) = (
+        std::fs::canonicalize(dir),
+        std::fs::read_to_string("/proc/self/mountinfo"),
+    ) else {
+        return false;
+    };
+    table.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .is_some_and(|at| Path::new(&unescape_mountinfo(at)) == real)
+    })
+}
+
+/// A mountinfo path with its octal escapes (`\040` for a space) undone.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = |c: &u8| (b'0'..=b'7').contains(c);
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(octal) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `name` is one of the hidden folders this agent makes inside a mounted data dir
+/// (`.LABEL-STAMP...`), or the filesystem's `lost+found`: those stay where they are.
+pub fn stays_in_a_mount(name: &str) -> bool {
+    if name == "lost+found" {
+        return true;
+    }
+    let Some(rest) = name.strip_prefix('.') else {
+        return false;
+    };
+    rest.match_indices('-').any(|(i, _)| {
+        let s = rest.as_bytes().get(i + 1..i + 16);
+        s.is_some_and(|s| {
+            s[..8].iter().all(u8::is_ascii_digit)
+                && s[8] == b'T'
+                && s[9..15].iter().all(u8::is_ascii_digit)
+        })
+    })
+}
+
+/// [`move_aside`] of a mount point: its contents into `dir/.LABEL-STAMP`.
+fn move_contents_aside(dir: &Path, label: &str, now: SystemTime) -> Result<PathBuf> {
+    let target = free_name(dir, &format!(".{label}-{}", stamp(now)), dir)?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&target)
+        .with_context(|| format!("cannot create {}", target.display()))?;
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let name = e
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .file_name();
+        if !stays_in_a_mount(&name.to_string_lossy()) && dir.join(&name) != target {
+            names.push(name);
+        }
+    }
+    for name in names {
+        let (from, to) = (dir.join(&name), target.join(&name));
+        std::fs::rename(&from, &to).with_context(|| {
+            format!(
+                "cannot rename {} to {} (what was moved so far is in {})",
+                from.display(),
+                to.display(),
+                target.display()
+            )
+        })?;
+    }
+    for d in [&target, &dir.to_path_buf()] {
+        std::fs::File::open(d)
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("cannot fsync {}", d.display()))?;
+    }
     Ok(target)
 }
 
@@ -90,5 +209,69 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = move_aside(&dir.path().join("nope"), "removed", SystemTime::now()).unwrap_err();
         assert!(format!("{e:#}").contains("nope"), "{e:#}");
+    }
+
+    #[test]
+    fn our_hidden_asides_and_lost_found_stay_in_a_mount() {
+        for stays in [
+            "lost+found",
+            ".removed-20261201T100140Z",
+            ".removed-20261201T100140Z-2",
+            ".before-restore-20261201T100140.123Z-77",
+            ".restoring-20261201T100140.123Z-77",
+        ] {
+            assert!(stays_in_a_mount(stays), "{stays}");
+        }
+        for moves in ["member", ".hidden", ".removed-2026", "x-20261201T100140Z"] {
+            assert!(!stays_in_a_mount(moves), "{moves}");
+        }
+        assert_eq!(
+            unescape_mountinfo("/var/lib/my\\040etcd"),
+            "/var/lib/my etcd"
+        );
+        assert_eq!(unescape_mountinfo("/cut\\04"), "/cut\\04");
+    }
+
+    /// A tmpfs at the data dir (the tests run as root): its contents move into a hidden
+    /// aside inside it, the mount stays; a second time, the first aside stays put.
+    #[test]
+    fn a_mounted_data_dir_keeps_its_mount_and_its_contents_move_inside_it() {
+        struct Mounted(PathBuf);
+        impl Drop for Mounted {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.0)
+                    .status();
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("etcd");
+        std::fs::create_dir(&data).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "tmpfs"])
+            .arg(&data)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount tmpfs at {}", data.display());
+        let _m = Mounted(data.clone());
+        assert!(is_mount_point(&data));
+        assert!(!is_mount_point(dir.path()));
+        std::fs::create_dir_all(data.join("member/wal")).unwrap();
+        std::fs::write(data.join("member/wal/0.wal"), b"wal").unwrap();
+        std::fs::create_dir(data.join("lost+found")).unwrap();
+        let t = UNIX_EPOCH + Duration::from_secs(1_796_119_300);
+        let moved = move_aside(&data, "removed", t).unwrap();
+        assert_eq!(moved, data.join(".removed-20261201T100140Z"));
+        assert!(is_mount_point(&data));
+        assert_eq!(
+            std::fs::read(moved.join("member/wal/0.wal")).unwrap(),
+            b"wal"
+        );
+        assert!(!data.join("member").exists() && data.join("lost+found").is_dir());
+        std::fs::create_dir(data.join("member")).unwrap();
+        let again = move_aside(&data, "removed", t).unwrap();
+        assert_eq!(again, data.join(".removed-20261201T100140Z-2"));
+        assert!(again.join("member").is_dir() && moved.join("member/wal/0.wal").exists());
     }
 }
