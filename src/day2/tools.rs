@@ -253,53 +253,6 @@ fn restore_error(file: &Path, data_dir: &Path, said: &str) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_tools_enospc_and_edquot_are_disk_full() {
-        let f = Path::new("/s/x.db");
-        let d = Path::new("/var/lib/etcd/.restoring-x/data");
-        for said in [
-            "etcdutl snapshot restore failed (exit status: 1): write /var/lib/etcd/member/snap/db: no space left on device",
-            "Error: open x: disk quota exceeded",
-        ] {
-            let e = restore_error(f, d, said);
-            assert_eq!(e.code, ReasonCode::DiskFull, "{said}");
-            assert!(e.message.contains("/var/lib/etcd/.restoring-x/data"), "{}", e.message);
-        }
-        assert_eq!(
-            restore_error(f, d, "Error: snapshot file has wrong size").code,
-            ReasonCode::RestoreFailed
-        );
-    }
-
-    #[test]
-    fn a_fifo_or_a_folder_as_the_snapshot_is_refused_without_waiting() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("snap.db");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        for (path, skip) in [
-            (&fifo, false),
-            (&fifo, true),
-            (&dir.path().to_path_buf(), true),
-        ] {
-            let e = check_trailer_if_present(path, skip).unwrap_err();
-            assert_eq!(e.code, ReasonCode::SnapshotCorrupt);
-            assert!(e.message.contains("is not a regular file"), "{}", e.message);
-        }
-    }
-
-    #[test]
-    fn the_trailer_is_there_exactly_32_bytes_past_a_page_multiple() {
-        assert!(has_trailer(24576 + 32));
-        assert!(!has_trailer(24576));
-        assert!(!has_trailer(32));
-        assert!(!has_trailer(24576 + 33));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
     use crate::cluster::etcd::command::MAX_STDOUT;
 
     fn sh(script: &str, deadline: Duration) -> Result<Vec<u8>, String> {
@@ -409,5 +362,47 @@ mod tests {
             );
         }
         assert_eq!(ready, 1, "the child {pid} outlived the process that ran it");
+    }
+
+    #[test]
+    fn the_tools_enospc_and_edquot_are_disk_full() {
+        let f = Path::new("/s/x.db");
+        let d = Path::new("/var/lib/etcd/.restoring-x/data");
+        for said in [
+            "etcdutl snapshot restore failed (exit status: 1): write /var/lib/etcd/member/snap/db: no space left on device",
+            "Error: open x: disk quota exceeded",
+        ] {
+            let e = restore_error(f, d, said);
+            assert_eq!(e.code, ReasonCode::DiskFull, "{said}");
+            assert!(e.message.contains("/var/lib/etcd/.restoring-x/data"), "{}", e.message);
+        }
+        assert_eq!(
+            restore_error(f, d, "Error: snapshot file has wrong size").code,
+            ReasonCode::RestoreFailed
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_a_folder_as_the_snapshot_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("snap.db");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for (path, skip) in [
+            (&fifo, false),
+            (&fifo, true),
+            (&dir.path().to_path_buf(), true),
+        ] {
+            let e = check_trailer_if_present(path, skip).unwrap_err();
+            assert_eq!(e.code, ReasonCode::SnapshotCorrupt);
+            assert!(e.message.contains("is not a regular file"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn the_trailer_is_there_exactly_32_bytes_past_a_page_multiple() {
+        assert!(has_trailer(24576 + 32));
+        assert!(!has_trailer(24576));
+        assert!(!has_trailer(32));
+        assert!(!has_trailer(24576 + 33));
     }
 }
