@@ -38,15 +38,12 @@ struct Stored {
     name: String,
 }
 
-/// The cluster ID in the name of a file `etcd-setup snapshot` wrote, if it has one.
+/// The cluster ID in the name of a file `etcd-setup snapshot` wrote, if it has one
+/// (the strict grammar of [`crate::day2::snapshot::names`]).
 pub fn cluster_in_name(file: &Path) -> Option<Id> {
-    let name = file.file_name()?.to_str()?;
-    let rest = name.strip_prefix("etcd-snapshot-")?;
-    let (hex, _) = rest.split_once('-')?;
-    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    Id::parse_hex(hex)
+    crate::day2::snapshot::names::parse(file.file_name()?.to_str()?)?
+        .cluster
+        .map(Id)
 }
 
 /// This configuration's members: name, ID, peer URLs.
