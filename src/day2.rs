@@ -6,10 +6,15 @@
 //! snapshot files `etcdutl` (3.5) or `etcdctl` (3.4, which has no etcdutl) via
 //! [`tools`].
 //!
+//! Each runs in one frame ([`frame`]: configuration, this member, the node lock, the
+//! operation record, signals, output and exit code), and stops and starts etcd through
+//! one controller ([`crate::shared::service`]).
+//!
 //! The member is asked at its own client URL on the node IP (`scheme://node.ip:client_port`),
 //! the URL its TLS certificate is issued for; etcd also listens on 127.0.0.1, but a
 //! certificate need not name it.
 
+pub mod frame;
 pub mod leave;
 pub mod maintain;
 pub mod restore;
@@ -18,8 +23,7 @@ pub mod tools;
 pub mod upgrade;
 
 use crate::cluster::etcd::Client;
-use crate::exit::upkeep as exit;
-use crate::reason::{Failure, ReasonCode};
+use crate::reason::Failure;
 use crate::shared::config::{scheme, url_host, Settings};
 use std::path::{Path, PathBuf};
 
@@ -41,27 +45,6 @@ pub fn etcdctl(s: &Settings) -> PathBuf {
 /// A client of this member only.
 pub fn own_client(s: &Settings) -> Client {
     Client::new(etcdctl(s), vec![own_endpoint(s)], s.tls.client.clone())
-}
-
-/// The exit code for a failure of a day-2 command.
-pub fn exit_code(f: &Failure) -> u8 {
-    match f.code {
-        ReasonCode::ConfigInvalid => exit::CONFIG,
-        ReasonCode::ClusterUnhealthy => exit::UNHEALTHY,
-        ReasonCode::Locked => exit::LOCKED,
-        _ => exit::FAILED,
-    }
-}
-
-/// Prints a failure as its reason line (and its causes) on stderr; its exit code.
-pub fn report_failure(f: &Failure) -> u8 {
-    eprintln!("{}", f.headline());
-    if let Some(src) = &f.source {
-        for cause in src.chain() {
-            eprintln!("cause: {cause}");
-        }
-    }
-    exit_code(f)
 }
 
 /// `path`'s parent folder, fsynced so a rename inside it is durable.

@@ -3,7 +3,7 @@
 //!
 //! 1. The file is checked: etcd's SHA-256 trailer (unless `--skip-hash-check`), then
 //!    `snapshot status` (revision, keys).
-//! 2. etcd is stopped ([`EtcdService::stop`]: systemd on a node; with `--no-systemd` the
+//! 2. etcd is stopped ([`Service::stop`]: systemd on a node; with `--no-systemd` the
 //!    caller has stopped it, and the client port must not answer any more).
 //! 3. `snapshot restore` into `<data_dir>.restoring-<time>` beside the data dir, with the
 //!    configuration's `initial_cluster` and `cluster_token`: the restored cluster has the
@@ -13,86 +13,29 @@
 //! 4. The new dir gets the old data dir's owner (or user etcd's, without one); the old data dir is moved aside to
 //!    `<data_dir>.before-restore-<time>` (never deleted); the new one takes its place;
 //!    the parent folder is fsynced.
-//! 5. etcd is started once with `--force-new-cluster` ([`EtcdService::start_forced`]),
-//!    which makes the restored data a one-member cluster of that ID, and must come up;
-//!    the flag is taken out of etcd's environment file as soon as it is up, so a later
-//!    restart cannot force the members that joined meanwhile out again.
+//! 5. etcd is started once with `--force-new-cluster` ([`Service::start_once`]), which
+//!    makes the restored data a one-member cluster of that ID, and must come up. The flag
+//!    is a one-shot file that exists for that start only (`crate::shared::service`), never
+//!    a line of etcd's persistent environment, so no later start can force the members
+//!    that joined meanwhile out again, whether the restore ended, failed or was killed.
 //!
 //! Any step failing leaves the old data dir in place or beside, named in the message.
+//!
+//! The command runs in the day-2 frame ([`super::frame`]): under the node lock (no `run`,
+//! upgrade, leave or second restore beside it), with its operation record, and with
+//! signals held from etcd's stop until its start.
 
+use super::frame::{self, Spec};
 use super::tools::{self, RestoreTo};
 use crate::reason::{Failure, ReasonCode};
+use crate::shared::report::Command;
+use crate::shared::service::{self, ByCaller, HeldBetween, OneShot, Service};
 use crate::shared::config::{scheme, url_host, Settings};
 use std::fs;
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
-
-/// Stops and starts etcd around the data dir's swap: systemd on a node.
-pub trait EtcdService {
-    /// Stops etcd; returns once it is stopped.
-    fn stop(&self) -> Result<(), Failure>;
-    /// Starts etcd once with `--force-new-cluster`; returns once it serves, with the flag
-    /// gone from what a later start reads.
-    fn start_forced(&self, s: &Settings) -> Result<(), Failure>;
-}
-
-/// etcd.service through systemd.
-pub struct Systemd {
-    /// How long its start may take (`etcd.start_timeout`).
-    pub start_timeout: Duration,
-}
-
-impl EtcdService for Systemd {
-    fn stop(&self) -> Result<(), Failure> {
-        crate::shared::systemd::Systemd::connect()?
-            .stop(crate::shared::unit::ETCD_UNIT, Duration::from_secs(120))
-    }
-
-    fn start_forced(&self, s: &Settings) -> Result<(), Failure> {
-        use crate::shared::systemd::JobResult;
-        let env = |force: bool| {
-            let mut text =
-                crate::shared::unit::render_env(s, &crate::shared::unit::Membership::configured(s));
-            if force {
-                text.push_str(
-                    "# One start only, by etcd-setup restore:\nETCD_FORCE_NEW_CLUSTER=\"true\"\n",
-                );
-            }
-            let path = Path::new(crate::shared::unit::ENV_FILE);
-            crate::shared::report::atomic_write(path, text.as_bytes(), 0o644, Some((0, 0)))
-                .map_err(|e| Failure::io(path, "cannot write", e))
-        };
-        env(true)?;
-        let sd = crate::shared::systemd::Systemd::connect()?;
-        let started = sd.start(crate::shared::unit::ETCD_UNIT, self.start_timeout);
-        // Whatever the start did, the next one must not force a new cluster.
-        env(false)?;
-        match started? {
-            JobResult::Done => Ok(()),
-            other => Err(Failure::new(
-                ReasonCode::SystemdFailed,
-                format!(
-                    "etcd.service did not start on the restored data ({other:?}); see \
-                     `journalctl -u etcd`"
-                ),
-            )),
-        }
-    }
-}
-
-/// The caller stops and starts etcd itself (`--no-systemd`).
-pub struct ByCaller;
-
-impl EtcdService for ByCaller {
-    fn stop(&self) -> Result<(), Failure> {
-        Ok(())
-    }
-    fn start_forced(&self, _: &Settings) -> Result<(), Failure> {
-        Ok(())
-    }
-}
 
 /// What a restore did.
 #[derive(Debug, Clone)]
@@ -137,7 +80,7 @@ pub fn restore(
     s: &Settings,
     file: &Path,
     skip_hash_check: bool,
-    etcd: &dyn EtcdService,
+    etcd: &dyn Service,
     now: SystemTime,
 ) -> Result<Restored, Failure> {
     if !skip_hash_check {
@@ -229,7 +172,7 @@ pub fn restore(
         ))
     })?;
     super::sync_dir(s.data_dir.parent().unwrap_or(Path::new("/")))?;
-    etcd.start_forced(s)?;
+    etcd.start_once(&[OneShot::ForceNewCluster])?;
     Ok(Restored {
         revision: status.revision,
         total_keys: status.total_keys,
@@ -240,63 +183,52 @@ pub fn restore(
 
 /// `etcd-setup restore`: the exit code.
 pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
-    let s = match crate::shared::config::load(&args.config) {
-        Ok(s) => s,
-        Err(f) => return super::report_failure(&f),
-    };
-    let service: Box<dyn EtcdService> = if args.no_systemd {
-        Box::new(ByCaller)
-    } else {
-        Box::new(Systemd {
-            start_timeout: s.start_timeout,
-        })
-    };
-    // etcd is stopped and started again: status says so rather than `failed`.
-    let mut op =
-        crate::shared::report::OperationGuard::begin(&args.dirs.run_dir, "restore", "checking");
-    op.step(
-        &format!(
-            "restoring {} (etcd is stopped and started again)",
-            args.file.display()
-        ),
-        true,
-    );
-    match restore(
-        &s,
-        &args.file,
-        args.skip_hash_check,
-        service.as_ref(),
-        SystemTime::now(),
-    ) {
-        Ok(r) => {
-            crate::shared::output::print(&format!(
-                "{}\n",
-                crate::shared::printable::line(&format!(
-                    "restored {} (revision {}, {} keys) into {} as a one-member cluster of {}",
-                    args.file.display(),
-                    r.revision,
-                    r.total_keys,
-                    r.data_dir.display(),
-                    s.node_name
-                ))
-            ));
-            match &r.moved_aside {
-                Some(a) => crate::shared::output::print(&format!(
-                    "{}\n",
-                    crate::shared::printable::line(&format!(
-                        "old data dir moved to {}",
-                        a.display()
-                    ))
-                )),
-                None => crate::shared::output::print("there was no old data dir\n"),
-            }
+    frame::run(
+        Spec {
+            command: Command::Restore,
+            config: &args.config,
+            dirs: &args.dirs,
+            lock: Some(args.lock_timeout),
+            record: Some(&format!("checking {}", args.file.display())),
+        },
+        |f| {
+            let s = &f.settings;
+            let systemd;
+            let service: &dyn Service = if args.no_systemd {
+                &ByCaller
+            } else {
+                systemd = service::Etcd::connect(s)?;
+                &systemd
+            };
+            // etcd is stopped and started again: status says so rather than `failed`.
+            f.step(
+                &format!(
+                    "restoring {} (etcd is stopped and started again)",
+                    args.file.display()
+                ),
+                true,
+            );
+            let held = HeldBetween::new(service, frame::hold);
+            let r = restore(s, &args.file, args.skip_hash_check, &held, SystemTime::now())?;
+            let mut lines = vec![format!(
+                "restored {} (revision {}, {} keys) into {} as a one-member cluster of {}",
+                args.file.display(),
+                r.revision,
+                r.total_keys,
+                r.data_dir.display(),
+                s.node_name
+            )];
+            lines.push(match &r.moved_aside {
+                Some(a) => format!("old data dir moved to {}", a.display()),
+                None => "there was no old data dir".into(),
+            });
             if args.no_systemd {
-                crate::shared::output::print(
-                    "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)\n",
+                lines.push(
+                    "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)"
+                        .into(),
                 );
             }
-            crate::exit::upkeep::OK
-        }
-        Err(f) => super::report_failure(&f),
-    }
+            Ok(lines)
+        },
+    )
 }

@@ -205,68 +205,55 @@ pub fn take(s: &Settings, now: SystemTime) -> Result<Outcome, Failure> {
     })
 }
 
-/// `etcd-setup snapshot`: the exit code.
+/// `etcd-setup snapshot`: the exit code. No node lock and no operation record: a
+/// snapshot only reads the running etcd (see `super::frame`).
 pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
-    let s = match crate::shared::config::load(&args.config) {
-        Ok(s) => s,
-        Err(f) => return super::report_failure(&f),
-    };
-    let now = SystemTime::now();
-    match take(&s, now) {
-        Ok(out) => {
-            if let Err(f) = report::record_snapshot(
+    super::frame::run(
+        super::frame::Spec {
+            command: crate::shared::report::Command::Snapshot,
+            config: &args.config,
+            dirs: &args.dirs,
+            lock: None,
+            record: None,
+        },
+        |f| {
+            let s = &f.settings;
+            let now = SystemTime::now();
+            let out = take(s, now).map_err(|e| {
+                if let Err(g) = report::record_snapshot_failure(
+                    &args.dirs.state_dir,
+                    &e,
+                    now,
+                    s.upkeep.snapshot.stale_after,
+                ) {
+                    eprintln!("{}", crate::shared::printable::line(&g.headline()));
+                }
+                e
+            })?;
+            report::record_snapshot(
                 &args.dirs.state_dir,
                 out.taken.clone(),
                 s.upkeep.snapshot.stale_after,
-            ) {
-                return super::report_failure(&f);
-            }
+            )?;
             let t = &out.taken;
-            crate::shared::output::print(&format!(
-                "{}\n",
-                crate::shared::printable::line(&format!(
-                    "snapshot {} revision {} size {} keys {} hash {:08x}{}",
-                    t.file,
-                    t.revision,
-                    t.size,
-                    t.total_keys,
-                    t.hash,
-                    t.copy
-                        .as_ref()
-                        .map_or(String::new(), |c| format!(" copy {c}"))
-                ))
-            ));
+            let mut lines = vec![format!(
+                "snapshot {} revision {} size {} keys {} hash {:08x}{}",
+                t.file,
+                t.revision,
+                t.size,
+                t.total_keys,
+                t.hash,
+                t.copy
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" copy {c}"))
+            )];
             for (old, to) in &out.pruned {
-                match to {
-                    Some(to) => crate::shared::output::print(&format!(
-                        "{}\n",
-                        crate::shared::printable::line(&format!(
-                            "pruned {} (moved to {})",
-                            old.display(),
-                            to.display()
-                        ))
-                    )),
-                    None => crate::shared::output::print(&format!(
-                        "{}\n",
-                        crate::shared::printable::line(&format!(
-                            "pruned {} (deleted)",
-                            old.display()
-                        ))
-                    )),
-                }
+                lines.push(match to {
+                    Some(to) => format!("pruned {} (moved to {})", old.display(), to.display()),
+                    None => format!("pruned {} (deleted)", old.display()),
+                });
             }
-            crate::exit::upkeep::OK
-        }
-        Err(f) => {
-            if let Err(g) = report::record_snapshot_failure(
-                &args.dirs.state_dir,
-                &f,
-                now,
-                s.upkeep.snapshot.stale_after,
-            ) {
-                eprintln!("{}", g.headline());
-            }
-            super::report_failure(&f)
-        }
-    }
+            Ok(lines)
+        },
+    )
 }

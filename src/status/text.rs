@@ -23,10 +23,7 @@ fn raw_line(a: &Answer) -> String {
     line
 }
 
-/// Whether an upgrade record's phase is final (nothing under way).
-fn upgrade_ended(phase: &str) -> bool {
-    matches!(phase, "done" | "rolled-back" | "refused" | "failed")
-}
+use super::operation::upgrade_ended;
 
 fn verdict_line(a: &Answer) -> String {
     match a.verdict {

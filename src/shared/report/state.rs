@@ -157,6 +157,11 @@ pub struct UpgradeRecord {
     pub cluster_version: Option<String>,
     /// When this record last changed, RFC 3339.
     pub updated_at: String,
+    /// The `etcd-setup upgrade` process writing it (pid and start time): `status` shows a
+    /// record whose phase is not final only while that process lives, and reads it as
+    /// `interrupted` once it is gone (killed, or the node rebooted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<super::Process>,
 }
 
 impl State {
