@@ -119,8 +119,8 @@ pub fn of(command: crate::shared::report::Command, reason: crate::reason::Reason
             | R::KnownBadRelease,
         ) => upgrade::REFUSED,
         (C::Upgrade, _) => upgrade::FAILED,
-        (C::Snapshot | C::Restore | C::Maintain, R::ClusterUnhealthy) => upkeep::UNHEALTHY,
-        (C::Snapshot | C::Restore | C::Maintain, R::Locked) => upkeep::LOCKED,
+        (C::Maintain, R::ClusterUnhealthy) => upkeep::UNHEALTHY,
+        (C::Restore | C::Maintain, R::Locked) => upkeep::LOCKED,
         (C::Snapshot | C::Restore | C::Maintain, _) => upkeep::FAILED,
     }
 }
@@ -401,16 +401,6 @@ mod tests {
         ] {
             for reason in crate::reason::ReasonCode::ALL {
                 let code = of(cmd, *reason);
-                // snapshot's table names no lock and no unhealthy member: it meets neither.
-                if cmd == C::Snapshot
-                    && matches!(
-                        reason,
-                        crate::reason::ReasonCode::Locked
-                            | crate::reason::ReasonCode::ClusterUnhealthy
-                    )
-                {
-                    continue;
-                }
                 assert!(
                     table.codes.iter().any(|c| c.value == code),
                     "{cmd}: {reason} gives {code}, not in its table"

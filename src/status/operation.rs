@@ -121,12 +121,12 @@ mod tests {
         // A record whose process is gone counts for nothing.
         let mut a = etcd_down();
         annotate(&mut a, dir.path(), &|_| false);
+        assert_eq!((a.verdict, a.operation), (Verdict::Failed, None));
 
         // What a node asks: the pid and the start time. Ours, recorded by the guard, lives.
         let mut a = etcd_down();
         annotate(&mut a, dir.path(), &Process::is_alive);
         assert_eq!(a.verdict, Verdict::InProgress);
-        assert_eq!((a.verdict, a.operation), (Verdict::Failed, None));
 
         drop(op);
         let mut a = etcd_down();
