@@ -28,9 +28,9 @@
 use super::frame::{self, Spec};
 use super::tools::{self, RestoreTo};
 use crate::reason::{Failure, ReasonCode};
+use crate::shared::config::{scheme, url_host, Settings};
 use crate::shared::report::Command;
 use crate::shared::service::{self, ByCaller, HeldBetween, OneShot, Service};
-use crate::shared::config::{scheme, url_host, Settings};
 use std::fs;
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::MetadataExt;
@@ -209,7 +209,13 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                 true,
             );
             let held = HeldBetween::new(service, frame::hold);
-            let r = restore(s, &args.file, args.skip_hash_check, &held, SystemTime::now())?;
+            let r = restore(
+                s,
+                &args.file,
+                args.skip_hash_check,
+                &held,
+                SystemTime::now(),
+            )?;
             let mut lines = vec![format!(
                 "restored {} (revision {}, {} keys) into {} as a one-member cluster of {}",
                 args.file.display(),

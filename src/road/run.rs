@@ -229,7 +229,13 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
             write_unit(settings)?;
             plan
         };
-        return start_member(settings, &etcd, shared, members(settings, plan.as_ref()), plan);
+        return start_member(
+            settings,
+            &etcd,
+            shared,
+            members(settings, plan.as_ref()),
+            plan,
+        );
     }
 
     install::ensure_dir(install_dir)?;
@@ -342,7 +348,13 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     write_unit(settings)?;
     with(shared, |r| r.step("unit-written"));
 
-    start_member(settings, &etcd, shared, members(settings, plan.as_ref()), plan)?;
+    start_member(
+        settings,
+        &etcd,
+        shared,
+        members(settings, plan.as_ref()),
+        plan,
+    )?;
     if settings.eject {
         eject(&device, shared);
     }
@@ -365,8 +377,13 @@ fn write_unit(settings: &Settings) -> Result<(), Failure> {
     if let Some(parent) = path.parent() {
         install::ensure_dir(parent)?;
     }
-    report::atomic_write(path, unit::render_unit(settings).as_bytes(), 0o644, Some((0, 0)))
-        .map_err(|e| Failure::io(path, "cannot write", e))
+    report::atomic_write(
+        path,
+        unit::render_unit(settings).as_bytes(),
+        0o644,
+        Some((0, 0)),
+    )
+    .map_err(|e| Failure::io(path, "cannot write", e))
 }
 
 /// The membership etcd's environment gets: the configured one, or the one a join prepared.
@@ -486,7 +503,11 @@ fn start_and_confirm(
     let settle_end = Instant::now() + settings.settle;
     let sd = etcd.systemd();
     let base = sd.unit_state(ETCD_UNIT)?;
-    service::confirm(service::metrics_addr(settings), None, Duration::from_secs(30))?;
+    service::confirm(
+        service::metrics_addr(settings),
+        None,
+        Duration::from_secs(30),
+    )?;
     with(shared, |r| {
         r.step("healthy");
         r.progress(&format!(

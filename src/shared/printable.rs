@@ -88,7 +88,11 @@ mod tests {
             .with_source(anyhow::anyhow!("inner").context("outer"));
         assert_eq!(
             failure(&f),
-            ["leave-failed: cannot move\\nit", "cause: outer", "cause: inner"]
+            [
+                "leave-failed: cannot move\\nit",
+                "cause: outer",
+                "cause: inner"
+            ]
         );
     }
 }

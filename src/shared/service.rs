@@ -228,7 +228,8 @@ fn write_root_file(path: &Path, text: &str, mode: u32) -> Result<(), Failure> {
             .map_err(|e| Failure::io(parent, "cannot create", e))?;
     }
     let owner = nix::unistd::geteuid().is_root().then_some((0, 0));
-    atomic_write(path, text.as_bytes(), mode, owner).map_err(|e| Failure::io(path, "cannot write", e))
+    atomic_write(path, text.as_bytes(), mode, owner)
+        .map_err(|e| Failure::io(path, "cannot write", e))
 }
 
 /// etcd.service through systemd.
@@ -344,13 +345,16 @@ impl Etcd {
             other => {
                 let state = self.sd.unit_state(ETCD_UNIT).unwrap_or_default();
                 let journal = systemd::journal_tail(ETCD_UNIT, 15);
-                Err(systemd::start_failure(ETCD_UNIT, &other, &state, &journal)
-                    .unwrap_or_else(|| {
-                        Failure::new(
-                            ReasonCode::EtcdStartFailed,
-                            format!("etcd.service start ended with {other:?}"),
-                        )
-                    }))
+                Err(
+                    systemd::start_failure(ETCD_UNIT, &other, &state, &journal).unwrap_or_else(
+                        || {
+                            Failure::new(
+                                ReasonCode::EtcdStartFailed,
+                                format!("etcd.service start ended with {other:?}"),
+                            )
+                        },
+                    ),
+                )
             }
         }
     }
@@ -390,7 +394,11 @@ pub fn metrics_addr(s: &Settings) -> SocketAddr {
 
 /// Waits up to `wait` until `/health` at `metrics` answers healthy and, with `version`,
 /// `/metrics` names that version: `etcd-unhealthy` naming the last answer when not.
-pub fn confirm(metrics: SocketAddr, version: Option<Version>, wait: Duration) -> Result<(), Failure> {
+pub fn confirm(
+    metrics: SocketAddr,
+    version: Option<Version>,
+    wait: Duration,
+) -> Result<(), Failure> {
     let end = Instant::now() + wait;
     loop {
         let health = health::check(metrics, Duration::from_secs(2));
@@ -421,7 +429,11 @@ pub fn confirm(metrics: SocketAddr, version: Option<Version>, wait: Duration) ->
             ));
         }
         // etcd's health has no event to await: ask again shortly.
-        std::thread::sleep(Duration::from_millis(if version.is_some() { 200 } else { 100 }));
+        std::thread::sleep(Duration::from_millis(if version.is_some() {
+            200
+        } else {
+            100
+        }));
     }
 }
 

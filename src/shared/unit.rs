@@ -628,7 +628,9 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
         );
         assert_eq!(Membership::from_env("ETCD_NAME=\"a\"\n"), None);
         assert_eq!(
-            Membership::from_env("ETCD_INITIAL_CLUSTER=\"a=x\"\nETCD_INITIAL_CLUSTER_STATE=\"odd\"\n"),
+            Membership::from_env(
+                "ETCD_INITIAL_CLUSTER=\"a=x\"\nETCD_INITIAL_CLUSTER_STATE=\"odd\"\n"
+            ),
             None
         );
     }

@@ -228,13 +228,13 @@ mod tests {
         let mut g = OperationGuard::begin(dir.path(), Command::Upgrade, "waiting for the lock");
         let o = read_operation(dir.path()).unwrap();
         assert_eq!(
+            (o.command, o.pid, o.step.as_str(), o.etcd_down_expected),
             (
-                o.command,
-                o.pid,
-                o.step.as_str(),
-                o.etcd_down_expected
-            ),
-            (Command::Upgrade, std::process::id(), "waiting for the lock", false)
+                Command::Upgrade,
+                std::process::id(),
+                "waiting for the lock",
+                false
+            )
         );
         g.step("restarting etcd 3.5.16", true);
         let o = read_operation(dir.path()).unwrap();
@@ -278,9 +278,17 @@ mod tests {
         };
         assert!(!reused.is_alive());
         // A record without a start time names no process we can tell apart.
-        assert!(!Process { start_time: None, ..me }.is_alive());
+        assert!(!Process {
+            start_time: None,
+            ..me
+        }
+        .is_alive());
         // A pid above pid_max is gone.
-        assert!(!Process { pid: 4_194_999, ..me }.is_alive());
+        assert!(!Process {
+            pid: 4_194_999,
+            ..me
+        }
+        .is_alive());
         // A command name with spaces and parentheses does not shift the fields.
         let dir = tempfile::tempdir().unwrap();
         let odd = dir.path().join("a) (b c");

@@ -118,7 +118,11 @@ fn a_crash_after_the_flag_was_written_leaves_it_for_no_later_start() {
     let dir = tempfile::tempdir().unwrap();
     let f = files(dir.path());
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "shared::service::tests::crash_child", "--nocapture"])
+        .args([
+            "--exact",
+            "shared::service::tests::crash_child",
+            "--nocapture",
+        ])
         .env("ETCD_SETUP_TEST_CRASH_DIR", dir.path())
         .env("ETCD_SETUP_TEST_CRASH_AT", "once-written")
         .output()
