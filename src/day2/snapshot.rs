@@ -219,16 +219,15 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
         |f| {
             let s = &f.settings;
             let now = SystemTime::now();
-            let out = take(s, now).map_err(|e| {
+            let out = take(s, now).inspect_err(|e| {
                 if let Err(g) = report::record_snapshot_failure(
                     &args.dirs.state_dir,
-                    &e,
+                    e,
                     now,
                     s.upkeep.snapshot.stale_after,
                 ) {
                     eprintln!("{}", crate::shared::printable::line(&g.headline()));
                 }
-                e
             })?;
             report::record_snapshot(
                 &args.dirs.state_dir,
