@@ -324,6 +324,18 @@ impl Etcd {
         self.job_outcome(job?, limit)
     }
 
+    /// A unit written by an older agent does not read the one-shot file: it is rendered
+    /// again (and systemd reloaded) before a start that needs it.
+    fn ensure_unit_reads_once(&self) -> Result<(), Failure> {
+        let path = Path::new(unit::UNIT_FILE);
+        let current = std::fs::read_to_string(path).unwrap_or_default();
+        if current.contains(&format!("EnvironmentFile=-{}", unit::ONCE_ENV_FILE)) {
+            return Ok(());
+        }
+        write_root_file(path, &unit::render_unit(&self.settings), 0o644)?;
+        self.sd.reload()
+    }
+
     fn job_outcome(&self, job: JobResult, limit: Duration) -> Result<(), Failure> {
         match job {
             JobResult::Done => Ok(()),
@@ -370,6 +382,9 @@ impl Service for Etcd {
     }
 
     fn start_once(&self, flags: &[OneShot]) -> Result<(), Failure> {
+        if !flags.is_empty() {
+            self.ensure_unit_reads_once()?;
+        }
         let members = if flags.contains(&OneShot::ForceNewCluster) {
             // The restored data carries the configured cluster's ID.
             Members::Set(Membership::configured(&self.settings))
