@@ -166,6 +166,10 @@ pub struct RestoreArgs {
     /// Do not stop and start etcd.service: the caller does (tests, manual recovery).
     #[arg(long, hide = true)]
     pub no_systemd: bool,
+    /// How long to wait for a run of etcd-setup (or another restore, leave, upgrade)
+    /// holding the node's lock, e.g. "30s".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    pub lock_timeout: Duration,
     /// State folders (the operation status shows goes into the live one).
     #[command(flatten)]
     pub dirs: StateDirs,

@@ -6,11 +6,16 @@
 //! snapshot files `etcdutl` (3.5) or `etcdctl` (3.4, which has no etcdutl) via
 //! [`tools`].
 //!
+//! Each runs in one frame ([`frame`]: configuration, this member, the node lock, the
+//! operation record, signals, output and exit code), and stops and starts etcd through
+//! one controller ([`crate::shared::service`]).
+//!
 //! The member is asked at its own client URL on the node IP
 //! ([`crate::shared::member::ThisMember`], through
 //! [`crate::cluster::lifecycle::Node::own_client`]), the URL its TLS certificate is issued
 //! for; etcd also listens on 127.0.0.1, but a certificate need not name it.
 
+pub mod frame;
 pub mod leave;
 pub mod maintain;
 pub mod restore;
@@ -18,30 +23,8 @@ pub mod snapshot;
 pub mod tools;
 pub mod upgrade;
 
-use crate::exit::upkeep as exit;
-use crate::reason::{Failure, ReasonCode};
+use crate::reason::Failure;
 use std::path::Path;
-
-/// The exit code for a failure of a day-2 command.
-pub fn exit_code(f: &Failure) -> u8 {
-    match f.code {
-        ReasonCode::ConfigInvalid => exit::CONFIG,
-        ReasonCode::ClusterUnhealthy => exit::UNHEALTHY,
-        ReasonCode::Locked => exit::LOCKED,
-        _ => exit::FAILED,
-    }
-}
-
-/// Prints a failure as its reason line (and its causes) on stderr; its exit code.
-pub fn report_failure(f: &Failure) -> u8 {
-    eprintln!("{}", f.headline());
-    if let Some(src) = &f.source {
-        for cause in src.chain() {
-            eprintln!("cause: {cause}");
-        }
-    }
-    exit_code(f)
-}
 
 /// `path`'s parent folder, fsynced so a rename inside it is durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), Failure> {

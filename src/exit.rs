@@ -32,6 +32,8 @@ pub mod leave {
     pub const FAILED: u8 = 1;
     /// The configuration file is missing or invalid.
     pub const CONFIG: u8 = 3;
+    /// Stopped by a signal before it touched the cluster (`interrupted`).
+    pub const INTERRUPTED: u8 = 4;
     /// A run or another leave held the lock past --lock-timeout.
     pub const LOCKED: u8 = 5;
 }
@@ -44,6 +46,9 @@ pub mod upgrade {
     pub const FAILED: u8 = 1;
     /// The configuration file is missing or invalid.
     pub const CONFIG: u8 = 3;
+    /// Stopped by a signal at a safe point (`interrupted`): before etcd was stopped, or
+    /// after it ran again.
+    pub const INTERRUPTED: u8 = 4;
     /// A run of etcd-setup, or the cluster lock, was not free in time.
     pub const LOCKED: u8 = 5;
     /// Refused by a rule (downgrade, too far, two members, unhealthy, another upgrade
@@ -87,8 +92,37 @@ pub mod upkeep {
     pub const CONFIG: u8 = 3;
     /// A member is unhealthy or unreachable: nothing was done (`cluster-unhealthy`).
     pub const UNHEALTHY: u8 = 4;
-    /// Another node's maintenance held the cluster lock past `maintain.lock_wait`.
+    /// Another node's maintenance held the cluster lock past `maintain.lock_wait`, or (for
+    /// `restore`) a run of etcd-setup held the node's lock past --lock-timeout.
     pub const LOCKED: u8 = 5;
+}
+
+/// The exit code of a day-2 command that failed with `reason`: the one mapping from
+/// reason codes to exit codes (`run` records its reason and returns its codes itself).
+pub fn of(command: crate::shared::report::Command, reason: crate::reason::ReasonCode) -> u8 {
+    use crate::reason::ReasonCode as R;
+    use crate::shared::report::Command as C;
+    match (command, reason) {
+        (_, R::ConfigInvalid) => upkeep::CONFIG, // 3 for every command
+        (C::Leave, R::Interrupted) => leave::INTERRUPTED,
+        (C::Leave, R::Locked) => leave::LOCKED,
+        (C::Leave, _) => leave::FAILED,
+        (C::Upgrade, R::Interrupted) => upgrade::INTERRUPTED,
+        (C::Upgrade, R::Locked) => upgrade::LOCKED,
+        (
+            C::Upgrade,
+            R::UpgradeDowngrade
+            | R::UpgradeTooFar
+            | R::UpgradeTwoMembers
+            | R::UpgradeUnhealthy
+            | R::UpgradeInProgress
+            | R::KnownBadRelease,
+        ) => upgrade::REFUSED,
+        (C::Upgrade, _) => upgrade::FAILED,
+        (C::Maintain, R::ClusterUnhealthy) => upkeep::UNHEALTHY,
+        (C::Restore | C::Maintain, R::Locked) => upkeep::LOCKED,
+        (C::Snapshot | C::Restore | C::Maintain, _) => upkeep::FAILED,
+    }
 }
 
 /// Exit codes of the hidden `etcd-setup serve-status` (systemd reads them, not people).
@@ -165,6 +199,10 @@ pub const LEAVE: Table = Table {
         code(USAGE, "the command line is wrong"),
         code(leave::CONFIG, "the configuration file is missing or invalid"),
         code(
+            leave::INTERRUPTED,
+            "stopped by a signal before it touched the cluster (interrupted); the cluster is as it was",
+        ),
+        code(
             leave::LOCKED,
             "a run of etcd-setup held the lock past --lock-timeout",
         ),
@@ -185,6 +223,10 @@ pub const UPGRADE: Table = Table {
         ),
         code(USAGE, "the command line is wrong"),
         code(upgrade::CONFIG, "the configuration file is missing or invalid"),
+        code(
+            upgrade::INTERRUPTED,
+            "stopped by a signal (interrupted) before etcd was stopped, or once it ran again (new or rolled back)",
+        ),
         code(
             upgrade::LOCKED,
             "a run of etcd-setup held the node's lock past --lock-timeout, or the cluster lock was not ours within --lock-wait",
@@ -276,12 +318,16 @@ pub const RESTORE: Table = Table {
         ),
         code(
             upkeep::FAILED,
-            "not restored (snapshot-corrupt, cluster-mismatch, restore-failed, systemd-failed, disk-full); the reason is printed",
+            "not restored (snapshot-corrupt, cluster-mismatch, restore-failed, etcd-start-failed, systemd-failed, disk-full, interrupted before etcd was stopped); the reason is printed",
         ),
         code(USAGE, "the command line is wrong"),
         code(
             upkeep::CONFIG,
             "the configuration file is missing or invalid (config-invalid)",
+        ),
+        code(
+            upkeep::LOCKED,
+            "a run of etcd-setup (or another restore, leave, upgrade) held the node's lock past --lock-timeout (locked); nothing was done",
         ),
     ],
 };
@@ -345,6 +391,27 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every code [`of`] gives is in that command's table.
+    #[test]
+    fn every_reason_maps_to_a_code_of_its_commands_table() {
+        use crate::shared::report::Command as C;
+        for (cmd, table) in [
+            (C::Leave, LEAVE),
+            (C::Upgrade, UPGRADE),
+            (C::Snapshot, SNAPSHOT),
+            (C::Restore, RESTORE),
+            (C::Maintain, MAINTAIN),
+        ] {
+            for reason in crate::reason::ReasonCode::ALL {
+                let code = of(cmd, *reason);
+                assert!(
+                    table.codes.iter().any(|c| c.value == code),
+                    "{cmd}: {reason} gives {code}, not in its table"
+                );
+            }
+        }
+    }
 
     #[test]
     fn codes_are_distinct_and_in_order_in_every_table() {

@@ -1037,3 +1037,51 @@ fn serve_status_logs_the_path_of_the_socket_systemd_passed() {
     );
     assert!(!line.contains("/run/etcd-setup/status.sock"), "{line}");
 }
+
+/// An `operation.json` left by a killed restore whose pid now belongs to an unrelated
+/// process (pid reuse) counts for nothing: etcd down is `failed`, not `in-progress`. The
+/// record counts only while the pid *and* the process's start time match.
+#[test]
+fn an_operation_record_naming_a_live_unrelated_pid_does_not_read_in_progress() {
+    let server = Server::start(None);
+    server.store().save(&state(Phase::Running)).unwrap();
+    server.etcd(&fake_unit("inactive", "dead", 3), "unreachable: refused");
+    let mut unrelated = Command::new("sleep").arg("600").spawn().unwrap();
+    let pid = unrelated.id();
+    let started = etcd_setup::shared::report::start_time(pid).expect("its start time");
+    let record = |start_time: u64| {
+        serde_json::json!({
+            "command": "restore",
+            "pid": pid,
+            "start_time": start_time,
+            "since": "2026-05-28T20:26:49Z",
+            "step": "restoring /var/lib/etcd-snapshots/x.db (etcd is stopped and started again)",
+            "etcd_down_expected": true,
+        })
+        .to_string()
+    };
+    let path = server.dir.path().join("run").join("operation.json");
+    // The restore that wrote it ran before the process now holding its pid.
+    std::fs::write(&path, record(started.saturating_sub(1))).unwrap();
+    let out = server.status(&["--format", "json"]);
+    let answer = json(&out);
+    assert_eq!(out.status.code(), Some(1), "{answer}");
+    assert_eq!(answer["verdict"], "failed", "{answer}");
+    assert_eq!(answer["operation"], serde_json::Value::Null, "{answer}");
+    // A record without a start time (pid only) is no better.
+    std::fs::write(&path, record(0).replace(r#""start_time":0,"#, "")).unwrap();
+    assert_eq!(server.status(&[]).status.code(), Some(1));
+    // The same pid with its own start time is that process: then it counts.
+    std::fs::write(&path, record(started)).unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "etcd-setup restore (pid {pid}) has etcd down on purpose"
+        )),
+        "{}",
+        text(&out)
+    );
+    unrelated.kill().unwrap();
+    unrelated.wait().unwrap();
+}

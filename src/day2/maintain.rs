@@ -315,12 +315,20 @@ fn print_nothing(s: &Settings, members: &[MemberView]) {
 
 /// `etcd-setup maintain`: the exit code.
 pub fn command(args: &crate::cli::MaintainArgs) -> u8 {
-    let s = match crate::shared::config::load(&args.config) {
-        Ok(s) => s,
-        Err(f) => return super::report_failure(&f),
+    // No node lock and no operation record: maintain acts through etcd's API only, under
+    // the cluster lock in etcd (see `super::frame`).
+    let dirs = crate::cli::StateDirs {
+        run_dir: crate::shared::report::RUN_DIR.into(),
+        state_dir: crate::shared::report::PERSIST_DIR.into(),
     };
-    match maintain(&s) {
-        Ok(_) => crate::exit::upkeep::OK,
-        Err(f) => super::report_failure(&f),
-    }
+    super::frame::run(
+        super::frame::Spec {
+            command: crate::shared::report::Command::Maintain,
+            config: &args.config,
+            dirs: &dirs,
+            lock: None,
+            record: None,
+        },
+        |f| maintain(&f.settings).map(|_| Vec::new()),
+    )
 }

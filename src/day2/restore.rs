@@ -5,7 +5,7 @@
 //!    one pass, a trailer that is there is always checked), then `snapshot status`
 //!    (revision, keys), then which cluster it is of ([`identity`]): another cluster's is
 //!    warned about, and refused as `cluster-mismatch` with `--cluster-check`.
-//! 2. etcd is stopped ([`EtcdService::stop`]: systemd on a node; with `--no-systemd` the
+//! 2. etcd is stopped ([`Service::stop`]: systemd on a node; with `--no-systemd` the
 //!    caller has stopped it, and the client port must not answer any more).
 //! 3. `snapshot restore` into a private staging folder on the data dir's own filesystem
 //!    ([`swap`]: beside it, or inside it when it is a mount point; a symlinked data dir is
@@ -19,90 +19,33 @@
 //!    point: `<data_dir>/.before-restore-<time>-<pid>`; never deleted); the new one takes
 //!    its place; the folders are fsynced. The staging folder is removed on every way out,
 //!    and what killed attempts left is removed by the next one.
-//! 5. etcd is started once with `--force-new-cluster` ([`EtcdService::start_forced`]),
-//!    which makes the restored data a one-member cluster of that ID, and must come up;
-//!    the flag is taken out of etcd's environment file as soon as it is up, so a later
-//!    restart cannot force the members that joined meanwhile out again.
+//! 5. etcd is started once with `--force-new-cluster` ([`Service::start_once`]), which
+//!    makes the restored data a one-member cluster of that ID, and must come up. The flag
+//!    is a one-shot file that exists for that start only (`crate::shared::service`), never
+//!    a line of etcd's persistent environment, so no later start can force the members
+//!    that joined meanwhile out again, whether the restore ended, failed or was killed.
 //!
 //! Any step failing leaves the old data dir in place or beside, named in the message.
+//!
+//! The command runs in the day-2 frame ([`super::frame`]): under the node lock (no `run`,
+//! upgrade, leave or second restore beside it), with its operation record, and with
+//! signals held from etcd's stop until its start.
 
 mod bolt;
 pub mod identity;
 pub mod swap;
 
+use super::frame::{self, Spec};
 use super::tools::{self, RestoreTo};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::Settings;
 use crate::shared::member::ThisMember;
+use crate::shared::report::Command;
+use crate::shared::service::{self, ByCaller, HeldBetween, OneShot, Service};
 use std::fs;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
-
-/// Stops and starts etcd around the data dir's swap: systemd on a node.
-pub trait EtcdService {
-    /// Stops etcd; returns once it is stopped.
-    fn stop(&self) -> Result<(), Failure>;
-    /// Starts etcd once with `--force-new-cluster`; returns once it serves, with the flag
-    /// gone from what a later start reads.
-    fn start_forced(&self, s: &Settings) -> Result<(), Failure>;
-}
-
-/// etcd.service through systemd.
-pub struct Systemd {
-    /// How long its start may take (`etcd.start_timeout`).
-    pub start_timeout: Duration,
-}
-
-impl EtcdService for Systemd {
-    fn stop(&self) -> Result<(), Failure> {
-        crate::shared::systemd::Systemd::connect()?
-            .stop(crate::shared::unit::ETCD_UNIT, Duration::from_secs(120))
-    }
-
-    fn start_forced(&self, s: &Settings) -> Result<(), Failure> {
-        use crate::shared::systemd::JobResult;
-        let env = |force: bool| {
-            let mut text =
-                crate::shared::unit::render_env(s, &crate::shared::unit::Membership::configured(s));
-            if force {
-                text.push_str(
-                    "# One start only, by etcd-setup restore:\nETCD_FORCE_NEW_CLUSTER=\"true\"\n",
-                );
-            }
-            let path = Path::new(crate::shared::unit::ENV_FILE);
-            crate::shared::report::atomic_write(path, text.as_bytes(), 0o644, Some((0, 0)))
-                .map_err(|e| Failure::io(path, "cannot write", e))
-        };
-        env(true)?;
-        let sd = crate::shared::systemd::Systemd::connect()?;
-        let started = sd.start(crate::shared::unit::ETCD_UNIT, self.start_timeout);
-        // Whatever the start did, the next one must not force a new cluster.
-        env(false)?;
-        match started? {
-            JobResult::Done => Ok(()),
-            other => Err(Failure::new(
-                ReasonCode::SystemdFailed,
-                format!(
-                    "etcd.service did not start on the restored data ({other:?}); see \
-                     `journalctl -u etcd`"
-                ),
-            )),
-        }
-    }
-}
-
-/// The caller stops and starts etcd itself (`--no-systemd`).
-pub struct ByCaller;
-
-impl EtcdService for ByCaller {
-    fn stop(&self) -> Result<(), Failure> {
-        Ok(())
-    }
-    fn start_forced(&self, _: &Settings) -> Result<(), Failure> {
-        Ok(())
-    }
-}
 
 /// What a restore did.
 #[derive(Debug, Clone)]
@@ -160,7 +103,7 @@ pub fn restore(
     file: &Path,
     skip_hash_check: bool,
     cluster_check: bool,
-    etcd: &dyn EtcdService,
+    etcd: &dyn Service,
     now: SystemTime,
 ) -> Result<Restored, Failure> {
     // A trailer that is there is checked, --skip-hash-check or not.
@@ -242,7 +185,7 @@ pub fn restore(
     }
     let moved_aside = place.swap(&staging)?;
     drop(staging);
-    etcd.start_forced(s)?;
+    etcd.start_once(&[OneShot::ForceNewCluster])?;
     let (earlier_aside, interrupted) = match (&moved_aside, leftovers.interrupted_aside) {
         (Some(_), _) => (None, false),
         (None, Some(a)) => (Some(a), true),
@@ -260,58 +203,56 @@ pub fn restore(
 
 /// `etcd-setup restore`: the exit code.
 pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
-    let s = match crate::shared::config::load(&args.config) {
-        Ok(s) => s,
-        Err(f) => return super::report_failure(&f),
-    };
-    let service: Box<dyn EtcdService> = if args.no_systemd {
-        Box::new(ByCaller)
-    } else {
-        Box::new(Systemd {
-            start_timeout: s.start_timeout,
-        })
-    };
-    // etcd is stopped and started again: status says so rather than `failed`.
-    let mut op =
-        crate::shared::report::OperationGuard::begin(&args.dirs.run_dir, "restore", "checking");
-    op.step(
-        &format!(
-            "restoring {} (etcd is stopped and started again)",
-            args.file.display()
-        ),
-        true,
-    );
-    match restore(
-        &s,
-        &args.file,
-        args.skip_hash_check,
-        args.cluster_check,
-        service.as_ref(),
-        SystemTime::now(),
-    ) {
-        Ok(r) => {
-            crate::shared::output::print(&format!(
-                "{}\n",
-                crate::shared::printable::line(&format!(
-                    "restored {} (revision {}, {} keys) into {} as a one-member cluster of {}",
-                    args.file.display(),
-                    r.revision,
-                    r.total_keys,
-                    r.data_dir.display(),
-                    s.node_name
-                ))
-            ));
-            crate::shared::output::print(&format!(
-                "{}\n",
-                crate::shared::printable::line(&r.aside_line())
-            ));
+    frame::run(
+        Spec {
+            command: Command::Restore,
+            config: &args.config,
+            dirs: &args.dirs,
+            lock: Some(args.lock_timeout),
+            record: Some(&format!("checking {}", args.file.display())),
+        },
+        |f| {
+            let s = &f.settings;
+            let systemd;
+            let service: &dyn Service = if args.no_systemd {
+                &ByCaller
+            } else {
+                systemd = service::Etcd::connect(s)?;
+                &systemd
+            };
+            // etcd is stopped and started again: status says so rather than `failed`.
+            f.step(
+                &format!(
+                    "restoring {} (etcd is stopped and started again)",
+                    args.file.display()
+                ),
+                true,
+            );
+            let held = HeldBetween::new(service, frame::hold);
+            let r = restore(
+                s,
+                &args.file,
+                args.skip_hash_check,
+                args.cluster_check,
+                &held,
+                SystemTime::now(),
+            )?;
+            let mut lines = vec![format!(
+                "restored {} (revision {}, {} keys) into {} as a one-member cluster of {}",
+                args.file.display(),
+                r.revision,
+                r.total_keys,
+                r.data_dir.display(),
+                s.node_name
+            )];
+            lines.push(r.aside_line());
             if args.no_systemd {
-                crate::shared::output::print(
-                    "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)\n",
+                lines.push(
+                    "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)"
+                        .into(),
                 );
             }
-            crate::exit::upkeep::OK
-        }
-        Err(f) => super::report_failure(&f),
-    }
+            Ok(lines)
+        },
+    )
 }

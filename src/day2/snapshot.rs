@@ -333,23 +333,34 @@ pub fn record(state_dir: &Path, out: &Outcome, s: &Settings) -> Result<(), Failu
     )
 }
 
-/// `etcd-setup snapshot`: the exit code.
+/// `etcd-setup snapshot`: the exit code. No node lock and no operation record: a
+/// snapshot only reads the running etcd (see `super::frame`); snapshots take turns on
+/// their own lock ([`LOCK_FILE`]).
 pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
-    let s = match crate::shared::config::load(&args.config) {
-        Ok(s) => s,
-        Err(f) => return super::report_failure(&f),
-    };
-    let now = SystemTime::now();
-    let line = |text: String| {
-        crate::shared::output::print(&format!("{}\n", crate::shared::printable::line(&text)))
-    };
-    match take(&s, &args.dirs.run_dir, now) {
-        Ok(out) => {
-            if let Err(f) = record(&args.dirs.state_dir, &out, &s) {
-                return super::report_failure(&f);
-            }
+    super::frame::run(
+        super::frame::Spec {
+            command: crate::shared::report::Command::Snapshot,
+            config: &args.config,
+            dirs: &args.dirs,
+            lock: None,
+            record: None,
+        },
+        |f| {
+            let s = &f.settings;
+            let now = SystemTime::now();
+            let out = take(s, &args.dirs.run_dir, now).inspect_err(|e| {
+                if let Err(g) = report::record_snapshot_failure(
+                    &args.dirs.state_dir,
+                    e,
+                    now,
+                    s.upkeep.snapshot.stale_after,
+                ) {
+                    eprintln!("{}", crate::shared::printable::line(&g.headline()));
+                }
+            })?;
+            record(&args.dirs.state_dir, &out, s)?;
             let t = &out.taken;
-            line(format!(
+            let mut lines = vec![format!(
                 "snapshot {} revision {} size {} keys {} hash {:08x}{}",
                 t.file,
                 t.revision,
@@ -359,9 +370,9 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
                 t.copy
                     .as_ref()
                     .map_or(String::new(), |c| format!(" copy {c}"))
-            ));
+            )];
             for (old, to) in &out.pruned {
-                line(format!(
+                lines.push(format!(
                     "pruned {} (moved to {})",
                     old.display(),
                     to.display()
@@ -370,21 +381,20 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
             for w in &out.warnings {
                 eprintln!("warning: {}", crate::shared::printable::line(w));
             }
-            match &out.copy_failure {
-                Some(f) => super::report_failure(f),
-                None => crate::exit::upkeep::OK,
+            match out.copy_failure {
+                // The snapshot is kept and recorded; its copy failed: say what was done,
+                // then fail with the copy's reason.
+                Some(copy_failed) => {
+                    for l in &lines {
+                        crate::shared::output::print(&format!(
+                            "{}\n",
+                            crate::shared::printable::line(l)
+                        ));
+                    }
+                    Err(copy_failed)
+                }
+                None => Ok(lines),
             }
-        }
-        Err(f) => {
-            if let Err(g) = report::record_snapshot_failure(
-                &args.dirs.state_dir,
-                &f,
-                now,
-                s.upkeep.snapshot.stale_after,
-            ) {
-                eprintln!("{}", g.headline());
-            }
-            super::report_failure(&f)
-        }
-    }
+        },
+    )
 }

@@ -22,14 +22,18 @@
 //!    `upgrade-rolled-back`.
 //!
 //! The node's state records the upgrade's phase, the members' versions and the cluster
-//! version, which `status` shows.
+//! version, which `status` shows, and the upgrade's process (pid and start time): a
+//! record left by a killed upgrade reads `interrupted` in `status`. The command runs in
+//! the day-2 frame ([`super::frame`]: the node lock, the operation record); a signal
+//! stops it at once outside the swap, and after it inside.
 
 pub mod beside;
 pub mod rules;
 
+use super::frame::{self, Frame, Spec};
 use crate::cli::UpgradeArgs;
 use crate::cluster::etcd::{self, Client};
-use crate::cluster::health::{self, Health};
+use crate::cluster::health;
 use crate::cluster::lifecycle::survey::MemberView;
 use crate::cluster::lifecycle::Node;
 use crate::exit::upgrade as exit;
@@ -39,11 +43,9 @@ use crate::road::install;
 use crate::road::run::Paths;
 use crate::road::source;
 use crate::shared::advisory::{self, Version};
-use crate::shared::config::{self, Settings};
-use crate::shared::lock::{RunLock, LOCK_FILE};
-use crate::shared::report::{rfc3339, Phase, State, UpgradePhase, UpgradeRecord};
-use crate::shared::systemd::{self, JobResult, Systemd};
-use crate::shared::unit::ETCD_UNIT;
+use crate::shared::config::Settings;
+use crate::shared::report::{rfc3339, Command, Phase, Process, State, UpgradePhase, UpgradeRecord};
+use crate::shared::service::{self, Etcd};
 use rules::Step;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -54,83 +56,69 @@ pub const LOCK_NAME: &str = "etcd-setup/upgrade";
 
 /// Runs `etcd-setup upgrade`; returns the exit code.
 pub fn command(args: &UpgradeArgs) -> u8 {
-    let settings = match config::load(&args.config) {
-        Ok(s) => s,
-        Err(f) => {
-            eprintln!("etcd-setup upgrade: {}", f.headline());
-            return exit::CONFIG;
-        }
-    };
-    let paths = Paths::new(&args.dirs);
-    let _lock = match RunLock::acquire(&paths.run_dir.join(LOCK_FILE), args.lock_timeout) {
-        Ok(l) => l,
-        Err(f) => {
-            eprintln!("etcd-setup upgrade: {}", f.headline());
-            return exit::LOCKED;
-        }
-    };
-    let mut record = Recorder::new(&paths);
-    match upgrade(&settings, &paths, args, &mut record) {
-        Ok(done) => {
-            crate::shared::output::print(&format!("{}\n", crate::shared::printable::line(&done)));
-            exit::OK
-        }
-        Err(f) => {
-            let refused = is_refusal(f.code);
-            record.set(
-                if refused {
-                    UpgradePhase::Refused
-                } else {
-                    UpgradePhase::Failed
-                },
-                &f.headline(),
-            );
-            eprintln!("etcd-setup upgrade: {}", f.headline());
-            if let Some(detail) = &f.source {
-                eprintln!("    {detail:#}");
+    frame::run(
+        Spec {
+            command: Command::Upgrade,
+            config: &args.config,
+            dirs: &args.dirs,
+            lock: Some(args.lock_timeout),
+            record: Some("validating"),
+        },
+        |f| {
+            let mut record = Recorder::new(f);
+            // A signal outside the swap ends the upgrade at once: the record says so.
+            let store = record.store.clone();
+            f.on_interrupt(move || interrupted(&store));
+            match upgrade(&f.settings, &f.paths, args, &mut record) {
+                Ok(done) => Ok(vec![done]),
+                Err(e) => {
+                    let refused = crate::exit::of(Command::Upgrade, e.code) == exit::REFUSED;
+                    record.set(
+                        if refused {
+                            UpgradePhase::Refused
+                        } else {
+                            UpgradePhase::Failed
+                        },
+                        &e.headline(),
+                    );
+                    Err(e)
+                }
             }
-            match f.code {
-                ReasonCode::Locked => exit::LOCKED,
-                _ if refused => exit::REFUSED,
-                _ => exit::FAILED,
-            }
-        }
-    }
+        },
+    )
 }
 
-/// Whether `code` is a refusal that changed nothing.
-fn is_refusal(code: ReasonCode) -> bool {
-    matches!(
-        code,
-        ReasonCode::UpgradeDowngrade
-            | ReasonCode::UpgradeTooFar
-            | ReasonCode::UpgradeTwoMembers
-            | ReasonCode::UpgradeUnhealthy
-            | ReasonCode::UpgradeInProgress
-            | ReasonCode::KnownBadRelease
-    )
+/// The upgrade record after a signal (called in the signal thread).
+fn interrupted(store: &crate::shared::report::StateStore) {
+    let now = SystemTime::now();
+    let Ok(Some(mut state)) = store.load() else {
+        return;
+    };
+    if let Some(u) = state.upgrade.as_mut() {
+        u.progress = format!("stopped by a signal while {}: {}", u.phase, u.progress);
+        u.phase = UpgradePhase::Interrupted;
+        u.updated_at = rfc3339(now);
+        state.touch(now);
+        let _ = store.save(&state);
+    }
 }
 
 /// Writes the upgrade's record into the node's state, best effort (an upgrade does not
 /// fail because status cannot show it; the failure is said on stderr).
-struct Recorder {
+struct Recorder<'a> {
     store: crate::shared::report::StateStore,
     record: UpgradeRecord,
-    /// The operation status shows while the upgrade runs; etcd is down on purpose from
-    /// the leader's hand-over and from the install (the swap stops etcd first) until it
-    /// is confirmed or rolled back.
-    op: crate::shared::report::OperationGuard,
+    /// The frame, whose operation record status shows while the upgrade runs; etcd is
+    /// down on purpose from the leader's hand-over and from the install (the swap stops
+    /// etcd first) until it is confirmed or rolled back.
+    frame: &'a Frame,
 }
 
-impl Recorder {
-    fn new(paths: &Paths) -> Recorder {
+impl<'a> Recorder<'a> {
+    fn new(frame: &'a Frame) -> Recorder<'a> {
         Recorder {
-            op: crate::shared::report::OperationGuard::begin(
-                &paths.run_dir,
-                "upgrade",
-                "validating",
-            ),
-            store: paths.store(),
+            frame,
+            store: frame.paths.store(),
             record: UpgradeRecord {
                 phase: UpgradePhase::Validating,
                 from: "-".into(),
@@ -139,6 +127,8 @@ impl Recorder {
                 members: Vec::new(),
                 cluster_version: None,
                 updated_at: rfc3339(SystemTime::now()),
+                // status reads the record as interrupted once this process is gone.
+                process: Some(Process::current()),
             },
         }
     }
@@ -146,7 +136,7 @@ impl Recorder {
     fn set(&mut self, phase: UpgradePhase, progress: &str) {
         self.record.phase = phase;
         self.record.progress = progress.into();
-        self.op.step(
+        self.frame.step(
             &format!("{phase}: {progress}"),
             phase.etcd_down_on_purpose(),
         );
@@ -177,7 +167,7 @@ fn upgrade(
     settings: &Settings,
     paths: &Paths,
     args: &UpgradeArgs,
-    record: &mut Recorder,
+    record: &mut Recorder<'_>,
 ) -> Result<String, Failure> {
     let metrics = crate::shared::member::ThisMember::of(settings).metrics;
     let installed = running_version(metrics)?;
@@ -287,7 +277,7 @@ fn upgrade(
     }
     let snap = PathBuf::from(&taken.taken.file);
 
-    let service = SystemdService::connect(settings.start_timeout)?;
+    let service = Etcd::connect(settings)?;
     // The snapshot took a while: the lock must still be ours before etcd is touched.
     let mut lock = lock;
     lock.ensure_held().map_err(|e| {
@@ -296,20 +286,24 @@ fn upgrade(
             format!("{e}; nothing was changed: run the upgrade again"),
         )
     })?;
+    frame::checkpoint()?;
     record.set(
         UpgradePhase::Installing,
         &format!("installing etcd {new} beside {installed}"),
     );
-    let outcome = swap(
-        &service,
-        &release,
-        install_dir,
-        metrics,
-        new,
-        installed,
-        settings.start_timeout,
-        &mut |p| record.set(p, p.as_str()),
-    );
+    // From the stop to etcd confirmed (or rolled back) a signal waits.
+    let outcome = frame::critical(|| {
+        swap(
+            &service,
+            &release,
+            install_dir,
+            metrics,
+            new,
+            installed,
+            settings.start_timeout,
+            &mut |p| record.set(p, p.as_str()),
+        )
+    });
     drop(release);
     let view = survey(&client, &node).unwrap_or_default();
     record.record.members = versions_of(&view);
@@ -468,58 +462,7 @@ fn hand_leadership_away(client: &Client, view: &[MemberView]) -> Result<(), Fail
 }
 
 /// How etcd is stopped and started: systemd on a node, a child process in host tests.
-pub trait Service {
-    /// Stops etcd and waits until it stopped.
-    fn stop(&self) -> Result<(), Failure>;
-    /// Starts etcd and waits for the start to end (not for health).
-    fn start(&self) -> Result<(), Failure>;
-}
-
-/// etcd.service through systemd.
-pub struct SystemdService {
-    sd: Systemd,
-    start_timeout: Duration,
-}
-
-impl SystemdService {
-    /// Connects to systemd.
-    pub fn connect(start_timeout: Duration) -> Result<SystemdService, Failure> {
-        Ok(SystemdService {
-            sd: Systemd::connect()?,
-            start_timeout,
-        })
-    }
-}
-
-impl Service for SystemdService {
-    fn stop(&self) -> Result<(), Failure> {
-        self.sd.stop(ETCD_UNIT, Duration::from_secs(60))
-    }
-
-    fn start(&self) -> Result<(), Failure> {
-        self.sd.reset_failed(ETCD_UNIT)?;
-        match self
-            .sd
-            .start(ETCD_UNIT, self.start_timeout + Duration::from_secs(30))?
-        {
-            JobResult::Done => Ok(()),
-            other => {
-                let state = self.sd.unit_state(ETCD_UNIT).unwrap_or_default();
-                let journal = systemd::journal_tail(ETCD_UNIT, 15);
-                Err(
-                    systemd::start_failure(ETCD_UNIT, &other, &state, &journal).unwrap_or_else(
-                        || {
-                            Failure::new(
-                                ReasonCode::EtcdStartFailed,
-                                format!("etcd.service start ended with {other:?}"),
-                            )
-                        },
-                    ),
-                )
-            }
-        }
-    }
-}
+pub use crate::shared::service::Service;
 
 /// The swap itself: stop, keep the old binaries, install the new ones, start, confirm
 /// `new` healthy within `wait`; else put `old` back, start and confirm it, and fail with
@@ -599,30 +542,8 @@ pub fn swap(
     }
 }
 
-/// Waits up to `wait` until `/health` answers healthy and `/metrics` names `version`.
+/// Waits up to `wait` until `/health` answers healthy and `/metrics` names `version`
+/// ([`service::confirm`]).
 pub fn confirm(metrics: SocketAddr, version: Version, wait: Duration) -> Result<(), Failure> {
-    let end = Instant::now() + wait;
-    loop {
-        let health = health::check(metrics, Duration::from_secs(2));
-        let last = if health == Health::Healthy {
-            match health::server_version(metrics, Duration::from_secs(2)) {
-                Ok(v) if Version::parse(&v) == Some(version) => return Ok(()),
-                Ok(v) => format!("it runs {v}, not {version}"),
-                Err(e) => e,
-            }
-        } else {
-            format!("{health:?}")
-        };
-        if Instant::now() >= end {
-            return Err(Failure::new(
-                ReasonCode::EtcdUnhealthy,
-                format!(
-                    "etcd {version} was not healthy at http://{metrics} within {} s: {last}",
-                    wait.as_secs()
-                ),
-            ));
-        }
-        // etcd's health has no event to await: ask again shortly.
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    service::confirm(metrics, Some(version), wait)
 }

@@ -6,7 +6,6 @@
 //! and leaves etcd disabled and stopped. A run after a success only verifies etcd.
 
 use crate::cli::{RunArgs, StateDirs};
-use crate::cluster::health::{self, Health};
 use crate::cluster::lifecycle::{self, join::Plan, Node};
 use crate::exit::run as exit;
 use crate::reason::{Failure, ReasonCode};
@@ -16,10 +15,11 @@ use crate::road::source;
 use crate::shared::config::{self, Settings};
 use crate::shared::lock::RunLock;
 use crate::shared::report::{self, Phase, Reporter, SharedReporter, State, StateStore};
-use crate::shared::systemd::{self, JobResult, Systemd, Watched};
+use crate::shared::service::{self, Etcd, Members};
+use crate::shared::systemd::{self, Systemd, Watched};
 use crate::shared::unit::{self, ETCD_UNIT};
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The system locations the run uses; tests point them elsewhere.
@@ -53,25 +53,12 @@ impl Paths {
 }
 
 /// `etcd-setup run`. Signals are blocked before any thread exists and taken by a thread
-/// of their own, which records `interrupted` and exits; a panic is caught and recorded as
+/// of their own ([`crate::shared::signals`]), which records `interrupted` and exits; a panic is caught and recorded as
 /// `internal-error`. Either way the reason reaches the failure file.
 pub fn command(args: &RunArgs) -> u8 {
-    use nix::sys::signal::{SigSet, Signal};
     let shared: SharedReporter = Arc::new(Mutex::new(None));
-    let mut signals = SigSet::empty();
-    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-        signals.add(sig);
-    }
-    if let Err(e) = signals.thread_block() {
-        eprintln!("etcd-setup: cannot block signals: {e}");
-    }
     let on_signal = Arc::clone(&shared);
-    std::thread::spawn(move || {
-        if let Ok(sig) = signals.wait() {
-            let code = interrupted(&on_signal, sig.as_str());
-            std::process::exit(i32::from(code));
-        }
-    });
+    crate::shared::signals::spawn(move |sig| Some(interrupted(&on_signal, sig)));
     let paths = Paths::new(&args.dirs);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         run(
@@ -220,12 +207,15 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
                 "etcd was installed by an earlier run; verifying it",
             )
         });
-        let sd = Arc::new(Systemd::connect()?);
+        let etcd = Etcd::connect(settings)?;
         // Its data gone (a wiped disk, or moved aside by the restore runbook), the node
         // is new to its cluster again: the cluster decides, as for a first start.
         let node = Node::from_settings(settings);
         let plan = if node.has_data() {
-            None
+            // etcd's environment is rendered again at this start, the membership it holds
+            // kept: a line nobody wrote from the settings (a one-shot flag of an older
+            // agent) is gone.
+            return start_member(settings, &etcd, shared, Members::Keep, None);
         } else {
             with(shared, |r| {
                 r.progress(&format!(
@@ -236,10 +226,16 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
             let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
                 with(shared, |r| r.progress(&p.to_string()))
             })?;
-            write_unit(settings, plan.as_ref())?;
+            write_unit(settings)?;
             plan
         };
-        return start_member(settings, &sd, shared, plan);
+        return start_member(
+            settings,
+            &etcd,
+            shared,
+            members(settings, plan.as_ref()),
+            plan,
+        );
     }
 
     install::ensure_dir(install_dir)?;
@@ -328,11 +324,11 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         )
     });
 
-    let sd = Arc::new(Systemd::connect()?);
+    let etcd = Etcd::connect(settings)?;
     // A previous run may have left an etcd from another release running: stop it before
     // its binary is replaced (a fresh node has no etcd unit, so nothing happens).
     if Path::new(unit::UNIT_FILE).exists() {
-        sd.stop(ETCD_UNIT, Duration::from_secs(60))?;
+        etcd.stop_unit()?;
     }
     install::install_binaries(&release, install_dir)?;
     with(shared, |r| r.step("installed"));
@@ -349,10 +345,16 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
         with(shared, |r| r.progress(&p.to_string()))
     })?;
-    write_unit(settings, plan.as_ref())?;
+    write_unit(settings)?;
     with(shared, |r| r.step("unit-written"));
 
-    start_member(settings, &sd, shared, plan)?;
+    start_member(
+        settings,
+        &etcd,
+        shared,
+        members(settings, plan.as_ref()),
+        plan,
+    )?;
     if settings.eject {
         eject(&device, shared);
     }
@@ -368,27 +370,31 @@ fn already_installed(settings: &Settings, paths: &Paths) -> Option<State> {
     (previous.phase == Phase::Running && intact).then_some(previous)
 }
 
-/// Writes etcd's environment file and unit, each atomically: the configured membership,
-/// or the one a join prepared.
-fn write_unit(settings: &Settings, join: Option<&Plan>) -> Result<(), Failure> {
-    let membership = match join {
+/// Writes etcd's unit atomically. Its environment file is written at every start, by the
+/// controller ([`Etcd::start_with`]), with [`members`].
+fn write_unit(settings: &Settings) -> Result<(), Failure> {
+    let path = Path::new(unit::UNIT_FILE);
+    if let Some(parent) = path.parent() {
+        install::ensure_dir(parent)?;
+    }
+    report::atomic_write(
+        path,
+        unit::render_unit(settings).as_bytes(),
+        0o644,
+        Some((0, 0)),
+    )
+    .map_err(|e| Failure::io(path, "cannot write", e))
+}
+
+/// The membership etcd's environment gets: the configured one, or the one a join prepared.
+fn members(settings: &Settings, join: Option<&Plan>) -> Members {
+    Members::Set(match join {
         Some(plan) => unit::Membership {
             initial_cluster: plan.initial_cluster.clone(),
             state: plan.state,
         },
         None => unit::Membership::configured(settings),
-    };
-    let env = unit::render_env(settings, &membership);
-    let text = unit::render_unit(settings);
-    for (path, body) in [(unit::ENV_FILE, env), (unit::UNIT_FILE, text)] {
-        let path = Path::new(path);
-        if let Some(parent) = path.parent() {
-            install::ensure_dir(parent)?;
-        }
-        report::atomic_write(path, body.as_bytes(), 0o644, Some((0, 0)))
-            .map_err(|e| Failure::io(path, "cannot write", e))?;
-    }
-    Ok(())
+    })
 }
 
 /// How long a joining node waits for the cluster to allow it (a quorum of healthy voters,
@@ -403,12 +409,19 @@ fn join_wait(settings: &Settings) -> Duration {
 /// the node joins the cluster anew, once.
 fn start_member(
     settings: &Settings,
-    sd: &Arc<Systemd>,
+    etcd: &Etcd,
     shared: &SharedReporter,
+    members: Members,
     join: Option<Plan>,
 ) -> Result<(), Failure> {
     let node = Node::from_settings(settings);
-    let failure = match start_and_confirm(settings, sd, shared, join.as_ref().map(|p| (&node, p))) {
+    let failure = match start_and_confirm(
+        settings,
+        etcd,
+        shared,
+        &members,
+        join.as_ref().map(|p| (&node, p)),
+    ) {
         Ok(()) => return Ok(()),
         Err(f) => f,
     };
@@ -422,15 +435,16 @@ fn start_member(
     with(shared, |r| {
         r.progress("etcd says this member was removed from the cluster; joining it anew")
     });
-    sd.stop(ETCD_UNIT, Duration::from_secs(60))?;
+    etcd.stop_unit()?;
     let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
         with(shared, |r| r.progress(&p.to_string()))
     })?;
     let Some(plan) = plan else {
         return Err(failure);
     };
-    write_unit(settings, Some(&plan))?;
-    start_and_confirm(settings, sd, shared, Some((&node, &plan)))
+    write_unit(settings)?;
+    let members = self::members(settings, Some(&plan));
+    start_and_confirm(settings, etcd, shared, &members, Some((&node, &plan)))
 }
 
 /// Reloads systemd, enables and starts etcd, waits for the start job (a first member of a
@@ -438,8 +452,9 @@ fn start_member(
 /// (NRestarts steady over the settle period) and answers its health endpoint.
 fn start_and_confirm(
     settings: &Settings,
-    sd: &Arc<Systemd>,
+    etcd: &Etcd,
     shared: &SharedReporter,
+    members: &Members,
     join: Option<(&Node, &Plan)>,
 ) -> Result<(), Failure> {
     with(shared, |r| {
@@ -451,66 +466,26 @@ fn start_and_confirm(
     });
     // Enabling reloads systemd, which also reads the unit just written: one reload, not
     // two (each reruns every generator, cloud-init's included: over a second under TCG).
-    sd.enable(ETCD_UNIT)?;
+    etcd.enable()?;
     with(shared, |r| r.step("enabled-and-reloaded"));
-    // A unit that hit its start limit in an earlier run would refuse to start at once.
-    sd.reset_failed(ETCD_UNIT)?;
-    let limit = settings.start_timeout + Duration::from_secs(30);
-    let (tx, rx) = mpsc::channel();
-    let starter = Arc::clone(sd);
-    std::thread::spawn(move || {
-        let _ = tx.send(starter.start(ETCD_UNIT, limit));
-    });
-    let started = Instant::now();
+    // The controller renders etcd's environment, clears a failed state (a unit that hit
+    // its start limit in an earlier run would refuse to start at once) and follows the
+    // start job; a first member of a new cluster waits here for its peers, with progress.
     let peers = settings.initial_cluster.len().saturating_sub(1);
-    let job = loop {
-        match rx.recv_timeout(Duration::from_secs(5)) {
-            Ok(result) => break result?,
-            Err(mpsc::RecvTimeoutError::Timeout) => with(shared, |r| {
-                let waiting = if peers == 0 {
-                    "etcd started, waiting for it to report ready".to_string()
-                } else {
-                    format!("etcd started, waiting for quorum with its {peers} peer(s)")
-                };
-                r.progress(&format!(
-                    "{waiting}, {} s of {} s",
-                    started.elapsed().as_secs(),
-                    settings.start_timeout.as_secs()
-                ))
-            }),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(Failure::new(
-                    ReasonCode::InternalError,
-                    "the thread waiting for etcd's start job ended without an answer",
-                ))
-            }
-        }
-    };
-    match job {
-        JobResult::Done => {}
-        JobResult::StillRunning => {
-            let journal = systemd::journal_tail(ETCD_UNIT, 15);
-            return Err(Failure::new(
-                ReasonCode::EtcdStartFailed,
-                format!(
-                    "etcd.service was not ready {} s after its start (no quorum with its {peers} peer(s)?); check that the other members booted and can reach this node",
-                    limit.as_secs()
-                ),
-            )
-            .with_source(anyhow::anyhow!("last journal lines of etcd.service:\n{}", journal.join("\n"))));
-        }
-        other => {
-            let state = sd.unit_state(ETCD_UNIT).unwrap_or_default();
-            let journal = systemd::journal_tail(ETCD_UNIT, 15);
-            return Err(systemd::start_failure(ETCD_UNIT, &other, &state, &journal)
-                .unwrap_or_else(|| {
-                    Failure::new(
-                        ReasonCode::EtcdStartFailed,
-                        format!("etcd.service start ended with {other:?}"),
-                    )
-                }));
-        }
-    }
+    etcd.start_with(members, &[], &mut |waited| {
+        with(shared, |r| {
+            let waiting = if peers == 0 {
+                "etcd started, waiting for it to report ready".to_string()
+            } else {
+                format!("etcd started, waiting for quorum with its {peers} peer(s)")
+            };
+            r.progress(&format!(
+                "{waiting}, {} s of {} s",
+                waited.as_secs(),
+                settings.start_timeout.as_secs()
+            ))
+        })
+    })?;
 
     // Up: it must answer its health endpoint, and stay up (no restart, still active) over
     // the settle period counted from now, followed from systemd's PropertiesChanged
@@ -526,23 +501,13 @@ fn start_and_confirm(
         with(shared, |r| r.step("promoted"));
     }
     let settle_end = Instant::now() + settings.settle;
+    let sd = etcd.systemd();
     let base = sd.unit_state(ETCD_UNIT)?;
-    let metrics = crate::shared::member::ThisMember::of(settings).metrics;
-    let health_end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let health = health::check(metrics, Duration::from_secs(2));
-        if health == Health::Healthy {
-            break;
-        }
-        if Instant::now() >= health_end {
-            return Err(Failure::new(
-                ReasonCode::EtcdUnhealthy,
-                format!("etcd.service is active but http://{metrics}/health did not answer healthy within 30 s: {health:?}"),
-            ));
-        }
-        // etcd's health has no event to await: ask again shortly.
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    service::confirm(
+        crate::shared::member::ThisMember::of(settings).metrics,
+        None,
+        Duration::from_secs(30),
+    )?;
     with(shared, |r| {
         r.step("healthy");
         r.progress(&format!(
@@ -583,10 +548,7 @@ fn etcd_off(shared: &SharedReporter) {
     if !Path::new(unit::UNIT_FILE).exists() {
         return;
     }
-    let result = Systemd::connect().and_then(|sd| {
-        sd.disable(ETCD_UNIT)?;
-        sd.stop(ETCD_UNIT, Duration::from_secs(60))
-    });
+    let result = Systemd::connect().and_then(|sd| service::off(&sd));
     if let Err(e) = result {
         with(shared, |r| {
             r.log(

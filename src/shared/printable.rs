@@ -51,6 +51,19 @@ pub fn path(p: &std::path::Path) -> String {
     line(&p.display().to_string())
 }
 
+/// A failure as a command prints it on stderr, one shape for every command: the reason
+/// line `code: sentence` (the failure file's first line), then one `cause: …` line per
+/// error of its chain, each [`line`].
+pub fn failure(f: &crate::reason::Failure) -> Vec<String> {
+    let mut out = vec![line(&f.headline())];
+    if let Some(src) = &f.source {
+        for cause in src.chain() {
+            out.push(line(&format!("cause: {cause}")));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +79,20 @@ mod tests {
         assert_eq!(line("rtl\u{202e}txt"), "rtl\\u{202e}txt");
         assert_eq!(line("sep\u{2028}x"), "sep\\u{2028}x");
         assert!(!line("x\n\x1b\u{85}").chars().any(is_unsafe));
+    }
+
+    #[test]
+    fn a_failure_is_its_reason_line_then_its_causes() {
+        use crate::reason::{Failure, ReasonCode};
+        let f = Failure::new(ReasonCode::LeaveFailed, "cannot move\nit")
+            .with_source(anyhow::anyhow!("inner").context("outer"));
+        assert_eq!(
+            failure(&f),
+            [
+                "leave-failed: cannot move\\nit",
+                "cause: outer",
+                "cause: inner"
+            ]
+        );
     }
 }

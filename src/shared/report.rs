@@ -29,7 +29,10 @@ mod upkeep;
 
 pub use atomic::atomic_write;
 pub use failure::{clear_failure, write_failure};
-pub use operation::{read_operation, Operation, OperationGuard, OPERATION_FILE};
+pub use operation::{
+    read_operation, remove_own_operation, start_time, Command, Operation, OperationGuard, Process,
+    OPERATION_FILE,
+};
 pub use record::{read_record, RecordError};
 pub use reporter::{Reporter, SharedReporter};
 pub use state::{

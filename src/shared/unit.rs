@@ -24,6 +24,11 @@ pub const UNIT_FILE: &str = "/etc/systemd/system/etcd.service";
 /// cluster token).
 pub const ENV_FILE: &str = "/etc/etcd-setup/etcd.env";
 
+/// One start's flags (`--force-new-cluster` for `restore`), in the live state folder
+/// (tmpfs, gone at reboot): the unit reads it with `EnvironmentFile=-` and removes it
+/// after that start (`crate::shared::service` explains the design).
+pub const ONCE_ENV_FILE: &str = "/run/etcd-setup/etcd-once.env";
+
 /// The system user and group etcd runs as. The image (or the caller) creates them.
 pub const ETCD_USER: &str = "etcd";
 
@@ -78,6 +83,7 @@ ExecStartPre=+/usr/bin/install -d -m 0700 -o {user} -g {user} {data_dir}"
     let values = [
         ("{{VERSION}}", crate::VERSION.to_string()),
         ("{{ENV_FILE}}", ENV_FILE.to_string()),
+        ("{{ONCE_ENV_FILE}}", ONCE_ENV_FILE.to_string()),
         ("{{INSTALL_DIR}}", s.install_dir.display().to_string()),
         ("{{START_COMMENT}}", start_comment),
         ("{{TIMEOUT}}", s.start_timeout.as_secs().to_string()),
@@ -115,6 +121,42 @@ impl Membership {
             state: s.cluster_state,
         }
     }
+
+    /// The membership an environment file of [`render_env`] holds, or `None` when it
+    /// lacks either line or holds another state.
+    pub fn from_env(text: &str) -> Option<Membership> {
+        let value = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .map(unquote_env)
+        };
+        let state = match value("ETCD_INITIAL_CLUSTER_STATE")?.as_str() {
+            "new" => ClusterState::New,
+            "existing" => ClusterState::Existing,
+            _ => return None,
+        };
+        Some(Membership {
+            initial_cluster: value("ETCD_INITIAL_CLUSTER")?,
+            state,
+        })
+    }
+}
+
+/// The value [`quote_env`] quoted.
+fn unquote_env(quoted: &str) -> String {
+    let inner = quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .unwrap_or(quoted);
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Renders the environment file for [`ENV_FILE`]: one `ETCD_*=value` line per setting
@@ -524,6 +566,28 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
         assert!(
             env.contains("ETCD_INITIAL_CLUSTER_STATE=\"existing\"\n"),
             "{env}"
+        );
+    }
+
+    #[test]
+    fn the_membership_reads_back_from_the_env_file_and_nothing_else_does() {
+        let s = params();
+        let joining = Membership {
+            initial_cluster: "etcd-2=http://10.1.1.12:2380,etcd-1=http://10.1.1.11:2380".into(),
+            state: ClusterState::Existing,
+        };
+        let env = render_env(&s, &joining);
+        assert_eq!(Membership::from_env(&env), Some(joining));
+        assert_eq!(
+            Membership::from_env(&render_env(&s, &Membership::configured(&s))),
+            Some(Membership::configured(&s))
+        );
+        assert_eq!(Membership::from_env("ETCD_NAME=\"a\"\n"), None);
+        assert_eq!(
+            Membership::from_env(
+                "ETCD_INITIAL_CLUSTER=\"a=x\"\nETCD_INITIAL_CLUSTER_STATE=\"odd\"\n"
+            ),
+            None
         );
     }
 

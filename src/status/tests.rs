@@ -480,6 +480,7 @@ fn an_advisory_and_an_upgrade_under_way_show_in_json_and_text() {
         members: vec!["etcd-1=3.5.1".into(), "etcd-2=3.5.16".into()],
         cluster_version: Some("3.5.0".into()),
         updated_at: "2026-05-28T20:26:49Z".into(),
+        process: Some(crate::shared::report::Process::current()),
     });
     let live = active(0, Duration::from_secs(3600), Health::Healthy, Some("3.5.1"));
     let a = eval_now(s, &live);

@@ -157,6 +157,11 @@ pub struct UpgradeRecord {
     pub cluster_version: Option<String>,
     /// When this record last changed, RFC 3339.
     pub updated_at: String,
+    /// The `etcd-setup upgrade` process writing it (pid and start time): `status` shows a
+    /// record whose phase is not final only while that process lives, and reads it as
+    /// `interrupted` once it is gone (killed, or the node rebooted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<super::Process>,
 }
 
 /// Where an `etcd-setup upgrade` is, as `upgrade.phase` spells it in state.json and in
@@ -188,6 +193,8 @@ pub enum UpgradePhase {
     Refused,
     /// Ended: failed.
     Failed,
+    /// Ended: its process was stopped by a signal, or is gone while the record said it ran.
+    Interrupted,
     /// A phase this version does not know (written by another version of the agent).
     #[serde(other)]
     Unknown,
@@ -209,6 +216,7 @@ impl UpgradePhase {
             UpgradePhase::RolledBack => "rolled-back",
             UpgradePhase::Refused => "refused",
             UpgradePhase::Failed => "failed",
+            UpgradePhase::Interrupted => "interrupted",
             UpgradePhase::Unknown => "unknown",
         }
     }
@@ -221,6 +229,7 @@ impl UpgradePhase {
                 | UpgradePhase::RolledBack
                 | UpgradePhase::Refused
                 | UpgradePhase::Failed
+                | UpgradePhase::Interrupted
         )
     }
 

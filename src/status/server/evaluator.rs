@@ -118,7 +118,15 @@ pub(super) fn evaluator(
                 std::time::SystemTime::now(),
             );
             if let Some(run_dir) = live_copy.parent() {
-                crate::status::operation::annotate(&mut answer, run_dir, &pid_alive);
+                crate::status::operation::annotate(
+                    &mut answer,
+                    run_dir,
+                    &crate::shared::report::Process::is_alive,
+                );
+                crate::status::operation::annotate_upgrade(
+                    &mut answer,
+                    &crate::shared::report::Process::is_alive,
+                );
             }
             // Reused only when it came from the live copy, the one file the watch sees;
             // the persistent copy (read when the live one is missing) and a copy that

@@ -1,0 +1,451 @@
+//! etcd.service, controlled: the one home of stopping, starting and confirming etcd, for
+//! `run`, `upgrade`, `restore` and `leave`.
+//!
+//! - **Stop** waits [`STOP_TIMEOUT`] for the stop job: systemd's own `TimeoutStopSec=`
+//!   default (90 s; the unit sets none) kills a stuck etcd before that, so the job ends
+//!   and the answer is systemd's, not ours. There is no configuration key for it.
+//! - **Start** renders etcd's environment file from the settings at every start
+//!   ([`Etcd::start`]), clears the unit's failed state and start-limit count (a unit that
+//!   failed earlier would be refused at once), and waits for the start job for
+//!   `etcd.start_timeout` plus [`START_MARGIN`]. One failure mapping for everyone: a job
+//!   that ends in anything but `done` is [`systemd::start_failure`]'s (`etcd-start-failed`
+//!   when etcd itself failed or timed out: the operator reads etcd's journal;
+//!   `systemd-failed` when systemd refused or canceled the job); a job still running at
+//!   the deadline is `etcd-start-failed`.
+//! - **Confirm** ([`confirm`]): `/health` healthy and, when asked, `/metrics` naming the
+//!   expected version, over the loopback metrics listener.
+//!
+//! **One-shot start flags** ([`OneShot`], today only `--force-new-cluster` for `restore`)
+//! never go into the persistent environment file ([`unit::ENV_FILE`]), which every start
+//! rewrites from the settings anyway. They go into a runtime file, [`unit::ONCE_ENV_FILE`]
+//! in `/run/etcd-setup` (tmpfs: gone at reboot), which etcd.service reads with
+//! `EnvironmentFile=-` and removes itself once the start it was for is over
+//! (`ExecStartPost=` after READY, `ExecStopPost=` when that start failed), so neither a
+//! `Restart=` after a crash nor a later `systemctl start` sees it. Besides, the controller
+//! removes it when the start returns whatever its outcome, on a signal before the process
+//! exits ([`crate::shared::signals`]), and before every start that has no flag of its
+//! own. A crash cannot leave the flag for a later start through etcd-setup; a `kill -9`
+//! between writing it and queueing the start job leaves it for the next manual `systemctl
+//! start` of that boot only, on the data the restore had just put in place.
+//!
+//! [`Service`] is what swaps, restores and tests need of etcd: a stop and a start. On a node
+//! it is [`Etcd`]; `restore --no-systemd` is [`ByCaller`]; host tests run etcd as a child.
+
+use crate::cluster::health::{self, Health};
+use crate::reason::{Failure, ReasonCode};
+use crate::shared::advisory::Version;
+use crate::shared::config::Settings;
+use crate::shared::report::atomic_write;
+use crate::shared::systemd::{self, JobResult, Systemd};
+use crate::shared::unit::{self, Membership, ETCD_UNIT};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// How long a stop job may take: systemd's default `TimeoutStopSec=` (90 s) plus a margin.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the wait for a start job adds to `etcd.start_timeout` (the unit's
+/// `TimeoutStartSec=`), so that systemd's verdict arrives before ours.
+pub const START_MARGIN: Duration = Duration::from_secs(30);
+
+/// A flag for one start of etcd only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OneShot {
+    /// `--force-new-cluster`: the restored data becomes a one-member cluster.
+    ForceNewCluster,
+}
+
+impl OneShot {
+    fn line(self) -> &'static str {
+        match self {
+            OneShot::ForceNewCluster => "ETCD_FORCE_NEW_CLUSTER=\"true\"",
+        }
+    }
+}
+
+/// What stops and starts etcd.
+pub trait Service {
+    /// Stops etcd; returns once it is stopped.
+    fn stop(&self) -> Result<(), Failure>;
+    /// Starts etcd and waits for the start to end (not for health).
+    fn start(&self) -> Result<(), Failure>;
+    /// Starts etcd once with `flags`. A double that starts etcd by other means (a child
+    /// process, the caller) gives the flags itself; the default ignores them.
+    fn start_once(&self, flags: &[OneShot]) -> Result<(), Failure> {
+        let _ = flags;
+        self.start()
+    }
+}
+
+/// The caller stops and starts etcd itself (`restore --no-systemd`).
+pub struct ByCaller;
+
+impl Service for ByCaller {
+    fn stop(&self) -> Result<(), Failure> {
+        Ok(())
+    }
+    fn start(&self) -> Result<(), Failure> {
+        Ok(())
+    }
+}
+
+/// A [`Service`] whose stop holds signals until etcd is started again (or the value
+/// drops): what lies between (a swap of binaries or data) is not cut by a signal. `hold`
+/// is the frame's (`crate::day2::frame::hold`).
+pub struct HeldBetween<'a, H> {
+    inner: &'a dyn Service,
+    hold: fn() -> H,
+    held: std::cell::RefCell<Option<H>>,
+}
+
+impl<'a, H> HeldBetween<'a, H> {
+    /// `inner`, with `hold` taken at its stop.
+    pub fn new(inner: &'a dyn Service, hold: fn() -> H) -> Self {
+        HeldBetween {
+            inner,
+            hold,
+            held: std::cell::RefCell::new(None),
+        }
+    }
+}
+
+impl<H> Service for HeldBetween<'_, H> {
+    fn stop(&self) -> Result<(), Failure> {
+        self.held.borrow_mut().get_or_insert_with(self.hold);
+        self.inner.stop()
+    }
+    fn start(&self) -> Result<(), Failure> {
+        self.start_once(&[])
+    }
+    fn start_once(&self, flags: &[OneShot]) -> Result<(), Failure> {
+        let r = self.inner.start_once(flags);
+        self.held.borrow_mut().take();
+        r
+    }
+}
+
+/// Where etcd's environment lives: the persistent file every start rewrites, and the
+/// runtime file of one start's flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvFiles {
+    /// [`unit::ENV_FILE`] on a node.
+    pub env: PathBuf,
+    /// [`unit::ONCE_ENV_FILE`] on a node.
+    pub once: PathBuf,
+}
+
+impl EnvFiles {
+    /// The node's.
+    pub fn system() -> EnvFiles {
+        EnvFiles {
+            env: PathBuf::from(unit::ENV_FILE),
+            once: PathBuf::from(unit::ONCE_ENV_FILE),
+        }
+    }
+}
+
+/// The membership a start writes into etcd's environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Members {
+    /// As given (the configuration's, or the one a join prepared).
+    Set(Membership),
+    /// As the environment file says now (a member with its data, whose start ignores
+    /// them; a join's membership is kept), else the configuration's.
+    Keep,
+}
+
+/// The one-shot file of a start, removed when dropped, and on a signal before exit.
+#[must_use]
+pub struct OnceFile {
+    path: Option<PathBuf>,
+    _cleanup: Option<crate::shared::signals::Cleanup>,
+}
+
+impl Drop for OnceFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Prepares a start: etcd's environment file rendered from `settings` (with `members`),
+/// any one-shot file left by an earlier start removed, and `flags`, if any, written to the
+/// one-shot file. Everything is written atomically, root's, not readable by others.
+pub fn prepare(
+    settings: &Settings,
+    files: &EnvFiles,
+    members: &Members,
+    flags: &[OneShot],
+) -> Result<OnceFile, Failure> {
+    // A flag nobody removed is not this start's.
+    match std::fs::remove_file(&files.once) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Failure::io(&files.once, "cannot remove", e)),
+    }
+    let membership = match members {
+        Members::Set(m) => m.clone(),
+        Members::Keep => std::fs::read_to_string(&files.env)
+            .ok()
+            .and_then(|t| Membership::from_env(&t))
+            .unwrap_or_else(|| Membership::configured(settings)),
+    };
+    write_root_file(&files.env, &unit::render_env(settings, &membership), 0o644)?;
+    if flags.is_empty() {
+        return Ok(OnceFile {
+            path: None,
+            _cleanup: None,
+        });
+    }
+    let cleanup = crate::shared::signals::Cleanup::remove_file(&files.once);
+    let mut text = String::from(
+        "# One start of etcd only, written by etcd-setup; etcd.service removes it after\n\
+         # that start (ExecStartPost=, ExecStopPost=), etcd-setup when the start returns.\n",
+    );
+    for f in flags {
+        text.push_str(f.line());
+        text.push('\n');
+    }
+    let once = OnceFile {
+        path: Some(files.once.clone()),
+        _cleanup: Some(cleanup),
+    };
+    write_root_file(&files.once, &text, 0o600)?;
+    crate::shared::signals::test_crash_point("once-written");
+    Ok(once)
+}
+
+fn write_root_file(path: &Path, text: &str, mode: u32) -> Result<(), Failure> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| Failure::io(parent, "cannot create", e))?;
+    }
+    let owner = nix::unistd::geteuid().is_root().then_some((0, 0));
+    atomic_write(path, text.as_bytes(), mode, owner)
+        .map_err(|e| Failure::io(path, "cannot write", e))
+}
+
+/// etcd.service through systemd.
+pub struct Etcd {
+    sd: Arc<Systemd>,
+    settings: Settings,
+    files: EnvFiles,
+}
+
+impl Etcd {
+    /// Connects to systemd on the system bus.
+    pub fn connect(settings: &Settings) -> Result<Etcd, Failure> {
+        Ok(Etcd::with(
+            Arc::new(Systemd::connect()?),
+            settings,
+            EnvFiles::system(),
+        ))
+    }
+
+    /// Over the connection `sd`, with etcd's environment in `files`.
+    pub fn with(sd: Arc<Systemd>, settings: &Settings, files: EnvFiles) -> Etcd {
+        Etcd {
+            sd,
+            settings: settings.clone(),
+            files,
+        }
+    }
+
+    /// The connection, for what only `run` asks (the unit's state, the settle watch).
+    pub fn systemd(&self) -> &Arc<Systemd> {
+        &self.sd
+    }
+
+    /// Whether systemd knows etcd.service (its unit file is loaded or loadable).
+    pub fn unit_present(&self) -> Result<bool, Failure> {
+        Ok(self.sd.unit_state(ETCD_UNIT)?.load_state != "not-found")
+    }
+
+    /// Enables etcd.service (which reloads systemd, reading a unit just written).
+    pub fn enable(&self) -> Result<(), Failure> {
+        self.sd.enable(ETCD_UNIT)
+    }
+
+    /// Disables etcd.service; one not enabled is fine.
+    pub fn disable(&self) -> Result<(), Failure> {
+        self.sd.disable(ETCD_UNIT)
+    }
+
+    /// Stops etcd and waits up to [`STOP_TIMEOUT`].
+    pub fn stop_unit(&self) -> Result<(), Failure> {
+        self.sd.stop(ETCD_UNIT, STOP_TIMEOUT)
+    }
+
+    /// Disables and stops etcd ([`off`]).
+    pub fn off(&self) -> Result<(), Failure> {
+        off(&self.sd)
+    }
+
+    /// Starts etcd: its environment rendered with `members`, `flags` for this start
+    /// only, the failed state cleared, the start job followed up to `etcd.start_timeout`
+    /// plus [`START_MARGIN`]; `tick` is called every 5 s of the wait with the time waited.
+    pub fn start_with(
+        &self,
+        members: &Members,
+        flags: &[OneShot],
+        tick: &mut dyn FnMut(Duration),
+    ) -> Result<(), Failure> {
+        let once = prepare(&self.settings, &self.files, members, flags)?;
+        // A unit that hit its start limit in an earlier run would refuse to start at once.
+        self.sd.reset_failed(ETCD_UNIT)?;
+        let limit = self.settings.start_timeout + START_MARGIN;
+        let (tx, rx) = mpsc::channel();
+        let starter = Arc::clone(&self.sd);
+        std::thread::spawn(move || {
+            let _ = tx.send(starter.start(ETCD_UNIT, limit));
+        });
+        let started = Instant::now();
+        let job = loop {
+            match rx.recv_timeout(Duration::from_secs(5)) {
+                Ok(result) => break result,
+                Err(mpsc::RecvTimeoutError::Timeout) => tick(started.elapsed()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    break Err(Failure::new(
+                        ReasonCode::InternalError,
+                        "the thread waiting for etcd's start job ended without an answer",
+                    ))
+                }
+            }
+        };
+        // Whatever the start did, the next one must not see this one's flags.
+        drop(once);
+        self.job_outcome(job?, limit)
+    }
+
+    /// A unit written by an older agent does not read the one-shot file: it is rendered
+    /// again (and systemd reloaded) before a start that needs it.
+    fn ensure_unit_reads_once(&self) -> Result<(), Failure> {
+        let path = Path::new(unit::UNIT_FILE);
+        let current = std::fs::read_to_string(path).unwrap_or_default();
+        if current.contains(&format!("EnvironmentFile=-{}", unit::ONCE_ENV_FILE)) {
+            return Ok(());
+        }
+        write_root_file(path, &unit::render_unit(&self.settings), 0o644)?;
+        self.sd.reload()
+    }
+
+    fn job_outcome(&self, job: JobResult, limit: Duration) -> Result<(), Failure> {
+        match job {
+            JobResult::Done => Ok(()),
+            JobResult::StillRunning => {
+                let peers = self.settings.initial_cluster.len().saturating_sub(1);
+                let journal = systemd::journal_tail(ETCD_UNIT, 15);
+                Err(Failure::new(
+                    ReasonCode::EtcdStartFailed,
+                    format!(
+                        "etcd.service was not ready {} s after its start (no quorum with its {peers} peer(s)?); check that the other members booted and can reach this node",
+                        limit.as_secs()
+                    ),
+                )
+                .with_source(anyhow::anyhow!(
+                    "last journal lines of etcd.service:\n{}",
+                    journal.join("\n")
+                )))
+            }
+            other => {
+                let state = self.sd.unit_state(ETCD_UNIT).unwrap_or_default();
+                let journal = systemd::journal_tail(ETCD_UNIT, 15);
+                Err(
+                    systemd::start_failure(ETCD_UNIT, &other, &state, &journal).unwrap_or_else(
+                        || {
+                            Failure::new(
+                                ReasonCode::EtcdStartFailed,
+                                format!("etcd.service start ended with {other:?}"),
+                            )
+                        },
+                    ),
+                )
+            }
+        }
+    }
+}
+
+impl Service for Etcd {
+    fn stop(&self) -> Result<(), Failure> {
+        self.stop_unit()
+    }
+
+    fn start(&self) -> Result<(), Failure> {
+        self.start_once(&[])
+    }
+
+    fn start_once(&self, flags: &[OneShot]) -> Result<(), Failure> {
+        if !flags.is_empty() {
+            self.ensure_unit_reads_once()?;
+        }
+        let members = if flags.contains(&OneShot::ForceNewCluster) {
+            // The restored data carries the configured cluster's ID.
+            Members::Set(Membership::configured(&self.settings))
+        } else {
+            Members::Keep
+        };
+        self.start_with(&members, flags, &mut |_| {})
+    }
+}
+
+/// Disables and stops etcd over `sd`, waiting up to [`STOP_TIMEOUT`] (for what needs no
+/// settings: `run`'s way out after a failure, a signal or a panic).
+pub fn off(sd: &Systemd) -> Result<(), Failure> {
+    sd.disable(ETCD_UNIT)?;
+    sd.stop(ETCD_UNIT, STOP_TIMEOUT)
+}
+
+/// Waits up to `wait` until `/health` at `metrics` answers healthy and, with `version`,
+/// `/metrics` names that version: `etcd-unhealthy` naming the last answer when not.
+pub fn confirm(
+    metrics: SocketAddr,
+    version: Option<Version>,
+    wait: Duration,
+) -> Result<(), Failure> {
+    let end = Instant::now() + wait;
+    loop {
+        let health = health::check(metrics, Duration::from_secs(2));
+        let last = match (&health, version) {
+            (Health::Healthy, None) => return Ok(()),
+            (Health::Healthy, Some(version)) => {
+                match health::server_version(metrics, Duration::from_secs(2)) {
+                    Ok(v) if Version::parse(&v) == Some(version) => return Ok(()),
+                    Ok(v) => format!("it runs {v}, not {version}"),
+                    Err(e) => e,
+                }
+            }
+            _ => format!("{health:?}"),
+        };
+        if Instant::now() >= end {
+            return Err(Failure::new(
+                ReasonCode::EtcdUnhealthy,
+                match version {
+                    Some(version) => format!(
+                        "etcd {version} was not healthy at http://{metrics} within {} s: {last}",
+                        wait.as_secs()
+                    ),
+                    None => format!(
+                        "etcd.service is active but http://{metrics}/health did not answer healthy within {} s: {last}",
+                        wait.as_secs()
+                    ),
+                },
+            ));
+        }
+        // etcd's health has no event to await: ask again shortly.
+        std::thread::sleep(Duration::from_millis(if version.is_some() {
+            200
+        } else {
+            100
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests;

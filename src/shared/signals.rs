@@ -1,0 +1,79 @@
+//! SIGTERM, SIGINT and SIGHUP for the commands that act on etcd (`run` and the day-2
+//! frame): one mechanism. The signals are blocked before any other thread exists and
+//! taken by one thread of their own ([`spawn`]), which asks the command's handler what a
+//! signal means now: exit with a code (after the [`Cleanup`]s registered at that moment
+//! ran), or carry on (the command is inside a section that must not be cut, and stops at
+//! its next safe point).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Files removed before the process exits on a signal, each until its [`Cleanup`] drops.
+static FILES: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A file that must not outlive this process (a one-shot flag, a record of this process),
+/// removed by [`run_cleanups`] on a signal; the owner removes it on the other ways out.
+#[must_use]
+pub struct Cleanup(u64);
+
+impl Cleanup {
+    /// Registers `path`.
+    pub fn remove_file(path: &Path) -> Cleanup {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        files().push((id, path.to_path_buf()));
+        Cleanup(id)
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        files().retain(|(id, _)| *id != self.0);
+    }
+}
+
+fn files() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf)>> {
+    FILES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes every registered file (best effort).
+pub fn run_cleanups() {
+    for (_, path) in files().iter() {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and so in every thread spawned after)
+/// and takes them in a thread of their own: `handler` gets each signal's name; `Some(code)`
+/// runs the cleanups and exits with `code`, `None` carries on. Call it before any thread
+/// exists.
+pub fn spawn(mut handler: impl FnMut(&'static str) -> Option<u8> + Send + 'static) {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(sig);
+    }
+    if let Err(e) = signals.thread_block() {
+        eprintln!("etcd-setup: cannot block signals: {e}");
+        return;
+    }
+    std::thread::spawn(move || {
+        while let Ok(sig) = signals.wait() {
+            if let Some(code) = handler(sig.as_str()) {
+                run_cleanups();
+                std::process::exit(i32::from(code));
+            }
+        }
+    });
+}
+
+/// Tests only (`test-fixtures`): dies at once, as `kill -9` would (no unwinding, no
+/// cleanup), when `ETCD_SETUP_TEST_CRASH_AT` names `point`.
+pub fn test_crash_point(point: &str) {
+    #[cfg(feature = "test-fixtures")]
+    if std::env::var_os("ETCD_SETUP_TEST_CRASH_AT").is_some_and(|p| p == point) {
+        std::process::abort();
+    }
+    let _ = point;
+}
