@@ -82,8 +82,9 @@ pub mod status {
     pub const LEFT: u8 = 7;
 }
 
-/// Exit codes of `etcd-setup snapshot`, `restore` and `maintain`.
-pub mod upkeep {
+/// Exit codes of `etcd-setup snapshot`, `restore` and `maintain`, the commands that act on
+/// etcd's data.
+pub mod data {
     /// Done (or, for `maintain`, nothing needed doing).
     pub const OK: u8 = 0;
     /// Failed; the reason line is printed (`code: sentence`).
@@ -103,7 +104,7 @@ pub fn of(command: crate::shared::report::Command, reason: crate::reason::Reason
     use crate::reason::ReasonCode as R;
     use crate::shared::report::Command as C;
     match (command, reason) {
-        (_, R::ConfigInvalid) => upkeep::CONFIG, // 3 for every command
+        (_, R::ConfigInvalid) => data::CONFIG, // 3 for every command
         (C::Leave, R::Interrupted) => leave::INTERRUPTED,
         (C::Leave, R::Locked) => leave::LOCKED,
         (C::Leave, _) => leave::FAILED,
@@ -119,9 +120,9 @@ pub fn of(command: crate::shared::report::Command, reason: crate::reason::Reason
             | R::KnownBadRelease,
         ) => upgrade::REFUSED,
         (C::Upgrade, _) => upgrade::FAILED,
-        (C::Maintain, R::ClusterUnhealthy) => upkeep::UNHEALTHY,
-        (C::Restore | C::Maintain, R::Locked) => upkeep::LOCKED,
-        (C::Snapshot | C::Restore | C::Maintain, _) => upkeep::FAILED,
+        (C::Maintain, R::ClusterUnhealthy) => data::UNHEALTHY,
+        (C::Restore | C::Maintain, R::Locked) => data::LOCKED,
+        (C::Snapshot | C::Restore | C::Maintain, _) => data::FAILED,
     }
 }
 
@@ -289,20 +290,20 @@ pub const SNAPSHOT: Table = Table {
     command: "snapshot",
     codes: &[
         code(
-            upkeep::OK,
+            data::OK,
             "a snapshot was written, verified and recorded; its file is printed",
         ),
         code(
-            upkeep::FAILED,
+            data::FAILED,
             "no snapshot was kept (snapshot-failed, snapshot-corrupt, disk-full), or it was kept and recorded but its copy into snapshot.copy_dir failed; the reason is printed and recorded for status",
         ),
         code(USAGE, "the command line is wrong"),
         code(
-            upkeep::CONFIG,
+            data::CONFIG,
             "the configuration file is missing or invalid, or a snapshot folder is not root's or is writable by others (config-invalid)",
         ),
         code(
-            upkeep::LOCKED,
+            data::LOCKED,
             "another snapshot on this node held snapshot.lock past snapshot.timeout plus 5 minutes (locked)",
         ),
     ],
@@ -313,20 +314,20 @@ pub const RESTORE: Table = Table {
     command: "restore",
     codes: &[
         code(
-            upkeep::OK,
+            data::OK,
             "this node runs a new one-member cluster from the snapshot; the old data dir is printed",
         ),
         code(
-            upkeep::FAILED,
+            data::FAILED,
             "not restored (snapshot-corrupt, cluster-mismatch, restore-failed, etcd-start-failed, systemd-failed, disk-full, interrupted before etcd was stopped); the reason is printed",
         ),
         code(USAGE, "the command line is wrong"),
         code(
-            upkeep::CONFIG,
+            data::CONFIG,
             "the configuration file is missing or invalid (config-invalid)",
         ),
         code(
-            upkeep::LOCKED,
+            data::LOCKED,
             "a run of etcd-setup (or another restore, leave, upgrade) held the node's lock past --lock-timeout (locked); nothing was done",
         ),
     ],
@@ -337,24 +338,24 @@ pub const MAINTAIN: Table = Table {
     command: "maintain",
     codes: &[
         code(
-            upkeep::OK,
+            data::OK,
             "every member needing it was defragmented and a NOSPACE alarm recovered, or nothing needed doing",
         ),
         code(
-            upkeep::FAILED,
+            data::FAILED,
             "a step failed (maintain-failed, or etcd-nospace when space did not come back); the reason is printed",
         ),
         code(USAGE, "the command line is wrong"),
         code(
-            upkeep::CONFIG,
+            data::CONFIG,
             "the configuration file is missing or invalid (config-invalid)",
         ),
         code(
-            upkeep::UNHEALTHY,
+            data::UNHEALTHY,
             "a member is unhealthy or unreachable, so nothing was done (cluster-unhealthy)",
         ),
         code(
-            upkeep::LOCKED,
+            data::LOCKED,
             "another node's maintenance held the lock past maintain.lock_wait (locked)",
         ),
     ],

@@ -16,12 +16,12 @@
 //! [`server`], the client in [`query`].
 
 mod client;
+pub mod data;
 mod live;
 pub mod operation;
 mod protocol;
 pub mod server;
 mod text;
-pub mod upkeep;
 mod verdict;
 
 pub use client::{command, query, ClientError};

@@ -488,12 +488,12 @@ fn nospace_is_recovered_only_when_space_came_back(version: &str) {
     );
     let before = client.endpoint_status().unwrap()[0].db_size;
     let health = etcd_setup::cluster::health::check(metrics, Duration::from_secs(2));
-    let space = etcd_setup::status::upkeep::read_space(metrics, Duration::from_secs(2)).unwrap();
+    let space = etcd_setup::status::data::read_space(metrics, Duration::from_secs(2)).unwrap();
     println!("{version} at NOSPACE: /health {health:?}; /metrics {space:?}");
     assert_eq!(space.quota, quota);
     assert!(space.quota_used_percent >= 95, "{space:?}");
     assert_eq!(
-        etcd_setup::status::upkeep::alarms_in(&health, Some(&space)),
+        etcd_setup::status::data::alarms_in(&health, Some(&space)),
         ["NOSPACE"],
         "{health:?}"
     );

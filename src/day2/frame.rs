@@ -145,7 +145,7 @@ pub fn run(spec: Spec<'_>, body: impl FnOnce(&Frame) -> Result<Vec<String>, Fail
             for l in lines {
                 crate::shared::output::print(&format!("{}\n", printable::line(&l)));
             }
-            exit::upkeep::OK // 0 for every command
+            exit::data::OK // 0 for every command
         }
         Err(f) => report(command, &f),
     }

@@ -155,8 +155,8 @@ fn recover_nospace(
     own: &Client,
     members: Vec<MemberView>,
 ) -> Result<Done, Failure> {
-    let cfg = &s.upkeep.maintain;
-    let quota = s.upkeep.quota_backend_bytes;
+    let cfg = &s.data.maintain;
+    let quota = s.data.quota_backend_bytes;
     let revision = members
         .iter()
         .filter_map(|m| m.status.as_ref().map(|s| s.revision))
@@ -217,7 +217,7 @@ fn recover_nospace(
 
 /// Whether member `m` passes the thresholds.
 pub fn needs_defrag(s: &Settings, m: &MemberView) -> bool {
-    let cfg = &s.upkeep.maintain;
+    let cfg = &s.data.maintain;
     m.db_size() >= cfg.min_db_size
         && m.fragmented_percent()
             .is_some_and(|p| p >= cfg.min_fragmented_percent)
@@ -249,7 +249,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
         print_nothing(s, &seen);
         return Ok(Done::default());
     }
-    let cfg = &s.upkeep.maintain;
+    let cfg = &s.data.maintain;
     let mut lock = own
         .lock(LOCK, LOCK_TTL, cfg.lock_wait)
         .map_err(|e| match e.kind {
@@ -291,7 +291,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
 }
 
 fn print_nothing(s: &Settings, members: &[MemberView]) {
-    let cfg = &s.upkeep.maintain;
+    let cfg = &s.data.maintain;
     crate::shared::output::print(&format!(
         "{}\n",
         crate::shared::printable::line(&format!(

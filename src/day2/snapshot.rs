@@ -204,7 +204,7 @@ pub fn verify(s: &Settings, file: &Path) -> Result<FileStatus, Failure> {
 /// Takes, verifies, places, copies and keeps `snapshot.retain` deep a snapshot at `now`,
 /// one at a time on the node (the snapshot lock in `run_dir`).
 pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Failure> {
-    let cfg = &s.upkeep.snapshot;
+    let cfg = &s.data.snapshot;
     let _lock = crate::shared::lock::RunLock::acquire(
         &run_dir.join(LOCK_FILE),
         cfg.timeout + Duration::from_secs(300),
@@ -329,7 +329,7 @@ pub fn record(state_dir: &Path, out: &Outcome, s: &Settings) -> Result<(), Failu
         out.taken.clone(),
         out.copy_failure.as_ref(),
         out.warnings.clone(),
-        s.upkeep.snapshot.stale_after,
+        s.data.snapshot.stale_after,
     )
 }
 
@@ -353,7 +353,7 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
                     &args.dirs.state_dir,
                     e,
                     now,
-                    s.upkeep.snapshot.stale_after,
+                    s.data.snapshot.stale_after,
                 ) {
                     eprintln!("{}", crate::shared::printable::line(&g.headline()));
                 }

@@ -28,12 +28,14 @@ use std::time::Duration;
 use toml::Value;
 
 mod cluster;
+mod data;
 mod raw;
-mod upkeep;
 mod values;
 
+pub use data::{
+    DataSettings, MaintainSettings, SnapshotSettings, DEFAULT_QUOTA, DEFAULT_SNAPSHOT_DIR,
+};
 use raw::{read_text, scan_report_section, toml_failure, RawFile};
-pub use upkeep::{MaintainSettings, SnapshotSettings, Upkeep, DEFAULT_QUOTA, DEFAULT_SNAPSHOT_DIR};
 use values::Checker;
 pub use values::{parse_duration, parse_sha256, parse_size, scheme, url_host};
 
@@ -157,7 +159,7 @@ pub struct Settings {
     /// `[limits]`: caps on the tarball.
     pub limits: archive::Limits,
     /// Day 2: the quota, the Prometheus listener, `[snapshot]` and `[maintain]`.
-    pub upkeep: Upkeep,
+    pub data: DataSettings,
 }
 
 impl Settings {

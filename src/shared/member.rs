@@ -52,7 +52,7 @@ impl ThisMember {
             client_addr: SocketAddr::new(s.node_ip, s.client_port),
             metrics: loopback_metrics(s.metrics_port),
             prometheus: s
-                .upkeep
+                .data
                 .prometheus_port
                 .map(|p| SocketAddr::new(s.node_ip, p)),
             etcdctl: s.install_dir.join("etcdctl"),

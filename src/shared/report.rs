@@ -23,9 +23,9 @@ mod failure;
 mod operation;
 mod record;
 mod reporter;
+mod snapshot;
 mod state;
 mod time;
-mod upkeep;
 
 pub use atomic::atomic_write;
 pub use failure::{clear_failure, write_failure};
@@ -35,14 +35,14 @@ pub use operation::{
 };
 pub use record::{read_record, RecordError};
 pub use reporter::{Reporter, SharedReporter};
+pub use snapshot::{
+    read_snapshot_record, record_snapshot, record_snapshot_failure, record_snapshot_kept,
+    snapshot_record_path, SnapshotFailure, SnapshotRecord, SnapshotTaken, SNAPSHOT_RECORD,
+};
 pub use state::{
     Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable, UpgradePhase, UpgradeRecord,
 };
 pub use time::{file_stamp, rfc3339};
-pub use upkeep::{
-    read_snapshot_record, record_snapshot, record_snapshot_failure, record_snapshot_kept,
-    snapshot_record_path, SnapshotFailure, SnapshotRecord, SnapshotTaken, SNAPSHOT_RECORD,
-};
 
 /// The live state folder, emptied at every boot.
 pub const RUN_DIR: &str = "/run/etcd-setup";

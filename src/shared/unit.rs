@@ -184,7 +184,7 @@ pub fn render_env(s: &Settings, membership: &Membership) -> String {
         // The quota written out, etcd's default included: NOSPACE comes at a known size.
         (
             "ETCD_QUOTA_BACKEND_BYTES",
-            s.upkeep.quota_backend_bytes.to_string(),
+            s.data.quota_backend_bytes.to_string(),
         ),
         // Corruption checks: before serving (3.4 and 3.5) and after every compaction
         // (3.5.5 and later; 3.4.23 and 3.5.1 log "unrecognized environment variable"

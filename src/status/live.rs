@@ -143,7 +143,7 @@ impl LiveView for SystemLive {
                 return seen.clone();
             }
         }
-        let seen = super::upkeep::read_space(self.metrics, Duration::from_secs(1)).ok();
+        let seen = super::data::read_space(self.metrics, Duration::from_secs(1)).ok();
         *cache = Some((Instant::now(), seen.clone()));
         seen
     }

@@ -106,7 +106,7 @@ pub fn evaluate_at(
     let (space, alarms) = match &etcd {
         Some(Ok(e)) if e.unit.is_active() => {
             let space = live.space();
-            let alarms = super::upkeep::alarms_in(&e.health, space.as_ref());
+            let alarms = super::data::alarms_in(&e.health, space.as_ref());
             (space, alarms)
         }
         _ => (None, Vec::new()),
@@ -121,7 +121,7 @@ pub fn evaluate_at(
                 Some(message) => {
                     // An alarm is the cause an operator acts on, with its own code.
                     reason = Some(
-                        super::upkeep::alarm_reason(&alarms, space.as_ref()).unwrap_or(Reason {
+                        super::data::alarm_reason(&alarms, space.as_ref()).unwrap_or(Reason {
                             code: ReasonCode::EtcdUnhealthy,
                             message,
                         }),

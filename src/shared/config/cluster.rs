@@ -209,7 +209,7 @@ impl Checker<'_> {
                 return Err(self.err(b, format_args!("{pa} is also {a}; each port is distinct")));
             }
         }
-        let upkeep = self.upkeep(
+        let data = self.data(
             (etcd.quota_backend_bytes, etcd.prometheus_port),
             raw.snapshot.unwrap_or_default(),
             raw.maintain.unwrap_or_default(),
@@ -286,7 +286,7 @@ impl Checker<'_> {
             ));
         }
 
-        self.snapshot_places(&upkeep.snapshot, &data_dir, &install_dir)?;
+        self.snapshot_places(&data.snapshot, &data_dir, &install_dir)?;
 
         // [report]
         let failure_file = match self.string("report.failure_file", report.failure_file)? {
@@ -357,7 +357,7 @@ impl Checker<'_> {
             status_group,
             tls,
             limits,
-            upkeep,
+            data,
         })
     }
 

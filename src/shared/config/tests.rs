@@ -100,7 +100,7 @@ fn the_documented_example_parses_to_its_typed_values() {
             }),
         },
         limits: archive::Limits::default(),
-        upkeep: Upkeep {
+        data: DataSettings {
             quota_backend_bytes: 2 << 30,
             prometheus_port: Some(2382),
             snapshot: SnapshotSettings {
@@ -717,8 +717,8 @@ fn day_two_keys_are_checked_and_named() {
         assert!(f.message.contains(key), "{key}: {}", f.message);
     }
     let s = parse_text(BASE).unwrap();
-    assert_eq!(s.upkeep.quota_backend_bytes, 2 << 30);
-    assert_eq!(s.upkeep.prometheus_port, None);
+    assert_eq!(s.data.quota_backend_bytes, 2 << 30);
+    assert_eq!(s.data.prometheus_port, None);
     assert_eq!(env(&s, "ETCD_QUOTA_BACKEND_BYTES"), "2147483648");
 }
 

@@ -112,11 +112,7 @@ pub(super) fn evaluator(
                 _ => store.load_detailed(),
             };
             let mut answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
-            crate::status::upkeep::annotate(
-                &mut answer,
-                &persist_dir,
-                std::time::SystemTime::now(),
-            );
+            crate::status::data::annotate(&mut answer, &persist_dir, std::time::SystemTime::now());
             if let Some(run_dir) = live_copy.parent() {
                 crate::status::operation::annotate(
                     &mut answer,

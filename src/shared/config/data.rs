@@ -1,5 +1,5 @@
 //! The day-2 keys: etcd's space quota and Prometheus listener (`[etcd]`), snapshots
-//! (`[snapshot]`) and defragmentation (`[maintain]`), checked into [`Upkeep`].
+//! (`[snapshot]`) and defragmentation (`[maintain]`), checked into [`DataSettings`].
 
 use super::raw::{RawMaintain, RawSnapshot};
 use super::values::{Checked, Checker};
@@ -66,7 +66,7 @@ pub struct MaintainSettings {
 
 /// Everything that keeps etcd well after its first start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upkeep {
+pub struct DataSettings {
     /// `etcd.quota_backend_bytes`: etcd's space quota (NOSPACE beyond it).
     pub quota_backend_bytes: u64,
     /// `etcd.prometheus_port`: `/metrics` on the node IP for Prometheus; off when `None`.
@@ -81,13 +81,13 @@ impl Checker<'_> {
     /// The day-2 keys: `etcd.quota_backend_bytes` and `etcd.prometheus_port` (`etcd`),
     /// `snapshot` and `maintain`; `ports` are the other ports
     /// (name, value), which the Prometheus port must differ from.
-    pub(super) fn upkeep(
+    pub(super) fn data(
         &self,
         (quota, prometheus): (Option<Value>, Option<Value>),
         snapshot: RawSnapshot,
         maintain: RawMaintain,
         ports: &[(&str, u16)],
-    ) -> Checked<Upkeep> {
+    ) -> Checked<DataSettings> {
         let quota_backend_bytes = self.size("etcd.quota_backend_bytes", quota, DEFAULT_QUOTA)?;
         if quota_backend_bytes < MIN_QUOTA {
             return Err(self.err(
@@ -209,7 +209,7 @@ impl Checker<'_> {
                 ));
             }
         }
-        Ok(Upkeep {
+        Ok(DataSettings {
             quota_backend_bytes,
             prometheus_port,
             snapshot: SnapshotSettings {
