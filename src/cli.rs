@@ -4,7 +4,7 @@
 //! completions are all made from it and cannot drift apart. The exit-code epilogues come
 //! from [`crate::exit`].
 
-use crate::{exit, road::source, shared::config, status};
+use crate::{exit, shared::config, status};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -196,7 +196,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "HEX", value_parser = parse_sha256)]
     pub sha256: Option<[u8; 32]>,
     /// Where the tarball sits inside an ISO.
-    #[arg(long, value_name = "PATH", default_value = source::DEFAULT_ARCHIVE_PATH,
+    #[arg(long, value_name = "PATH", default_value = config::DEFAULT_ARCHIVE_PATH,
           value_parser = parse_archive_path)]
     pub archive_path: String,
 }
@@ -260,7 +260,7 @@ fn parse_archive_path(text: &str) -> Result<String, String> {
     if text.trim_matches('/').trim().is_empty() {
         return Err(format!(
             "the path of the tarball inside the ISO cannot be empty, e.g. {}",
-            source::DEFAULT_ARCHIVE_PATH
+            config::DEFAULT_ARCHIVE_PATH
         ));
     }
     Ok(text.to_string())

@@ -9,6 +9,7 @@ pub mod config;
 pub mod lock;
 pub mod member;
 pub mod output;
+pub mod paths;
 pub mod printable;
 pub mod report;
 pub mod service;

@@ -5,7 +5,7 @@ mod support;
 
 use etcd_setup::reason::ReasonCode;
 use etcd_setup::road::discover::{classify, wait_for_iso, Disc, Wait};
-use etcd_setup::road::source::DEFAULT_ARCHIVE_PATH;
+use etcd_setup::shared::config::DEFAULT_ARCHIVE_PATH;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -149,7 +149,7 @@ fn install_from(release_dir: &Path, install: &Path) {
 fn staged(tarball: &Path, install: &Path) -> Extracted {
     etcd_setup::road::source::validate_path(
         tarball,
-        etcd_setup::road::source::DEFAULT_ARCHIVE_PATH,
+        etcd_setup::shared::config::DEFAULT_ARCHIVE_PATH,
         install,
         &Policy::default(),
     )

@@ -5,7 +5,7 @@
 //! Every failure ends in a reason code written to the failure file and the state files,
 //! and leaves etcd disabled and stopped. A run after a success only verifies etcd.
 
-use crate::cli::{RunArgs, StateDirs};
+use crate::cli::RunArgs;
 use crate::cluster::lifecycle::{self, join::Plan, Node};
 use crate::exit::run as exit;
 use crate::reason::{Failure, ReasonCode};
@@ -14,43 +14,14 @@ use crate::road::install;
 use crate::road::source;
 use crate::shared::config::{self, Settings};
 use crate::shared::lock::RunLock;
-use crate::shared::report::{self, Phase, Reporter, SharedReporter, State, StateStore};
+use crate::shared::paths::Paths;
+use crate::shared::report::{self, Phase, Reporter, SharedReporter, State};
 use crate::shared::service::{self, Etcd, Members};
 use crate::shared::systemd::{self, Systemd, Watched};
 use crate::shared::unit::{self, ETCD_UNIT};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-
-/// The system locations the run uses; tests point them elsewhere.
-#[derive(Debug, Clone)]
-pub struct Paths {
-    /// Live state and the lock: `/run/etcd-setup`.
-    pub run_dir: PathBuf,
-    /// Persistent state: `/var/lib/etcd-setup`.
-    pub state_dir: PathBuf,
-    /// `/sys/block`.
-    pub sys_block: PathBuf,
-    /// `/dev`.
-    pub dev: PathBuf,
-}
-
-impl Paths {
-    /// The state store in these folders.
-    pub fn store(&self) -> StateStore {
-        StateStore::new(&self.run_dir, &self.state_dir)
-    }
-
-    /// The system's locations, with the state folders the command line names.
-    pub fn new(dirs: &StateDirs) -> Paths {
-        Paths {
-            run_dir: dirs.run_dir.clone(),
-            state_dir: dirs.state_dir.clone(),
-            sys_block: PathBuf::from("/sys/block"),
-            dev: PathBuf::from("/dev"),
-        }
-    }
-}
 
 /// `etcd-setup run`. Signals are blocked before any thread exists and taken by a thread
 /// of their own ([`crate::shared::signals`]), which records `interrupted` and exits; a panic is caught and recorded as

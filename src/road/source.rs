@@ -10,13 +10,6 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-/// Where the platform's Kubernetes ISO keeps the etcd release tarball for this machine.
-#[cfg(not(target_arch = "aarch64"))]
-pub const DEFAULT_ARCHIVE_PATH: &str = "etcd/etcd-linux-amd64.tar.gz";
-/// Where the platform's Kubernetes ISO keeps the etcd release tarball for this machine.
-#[cfg(target_arch = "aarch64")]
-pub const DEFAULT_ARCHIVE_PATH: &str = "etcd/etcd-linux-arm64.tar.gz";
-
 /// What kind of input held the archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -276,7 +269,7 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::shared::config::DEFAULT_ARCHIVE_PATH;
 
     #[test]
     fn the_default_archive_path_names_this_machines_release() {

@@ -20,7 +20,6 @@
 
 use crate::reason::Failure;
 use crate::road::archive;
-use crate::road::source::DEFAULT_ARCHIVE_PATH;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -38,6 +37,13 @@ pub use data::{
 use raw::{read_text, scan_report_section, toml_failure, RawFile};
 use values::Checker;
 pub use values::{parse_duration, parse_sha256, parse_size, scheme, url_host};
+
+/// Where the platform's Kubernetes ISO keeps the etcd release tarball for this machine.
+#[cfg(not(target_arch = "aarch64"))]
+pub const DEFAULT_ARCHIVE_PATH: &str = "etcd/etcd-linux-amd64.tar.gz";
+/// Where the platform's Kubernetes ISO keeps the etcd release tarball for this machine.
+#[cfg(target_arch = "aarch64")]
+pub const DEFAULT_ARCHIVE_PATH: &str = "etcd/etcd-linux-arm64.tar.gz";
 
 /// Where the configuration lives unless `--config` says otherwise.
 pub const DEFAULT_PATH: &str = "/etc/etcd-setup/config.toml";
