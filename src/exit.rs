@@ -121,7 +121,7 @@ pub fn of(command: crate::shared::report::Command, reason: crate::reason::Reason
         ) => upgrade::REFUSED,
         (C::Upgrade, _) => upgrade::FAILED,
         (C::Maintain, R::ClusterUnhealthy) => data::UNHEALTHY,
-        (C::Restore | C::Maintain, R::Locked) => data::LOCKED,
+        (C::Snapshot | C::Restore | C::Maintain, R::Locked) => data::LOCKED,
         (C::Snapshot | C::Restore | C::Maintain, _) => data::FAILED,
     }
 }
@@ -411,6 +411,27 @@ mod tests {
                     "{cmd}: {reason} gives {code}, not in its table"
                 );
             }
+        }
+    }
+
+    /// A lock held past its wait is the table's own "locked" row for every command, not
+    /// its general failure (snapshot's snapshot.lock once gave 1 where its table says 5).
+    #[test]
+    fn a_lock_held_too_long_gives_the_row_that_says_so() {
+        use crate::shared::report::Command as C;
+        for (cmd, table) in [
+            (C::Leave, LEAVE),
+            (C::Upgrade, UPGRADE),
+            (C::Snapshot, SNAPSHOT),
+            (C::Restore, RESTORE),
+            (C::Maintain, MAINTAIN),
+        ] {
+            let code = of(cmd, crate::reason::ReasonCode::Locked);
+            let row = table.codes.iter().find(|c| c.value == code);
+            assert!(
+                row.is_some_and(|r| r.meaning.contains("lock")),
+                "{cmd}: locked gives {code}: {row:?}"
+            );
         }
     }
 
