@@ -13,12 +13,10 @@ use support::upkeep::defrags;
 
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 
-/// A scratch folder outside /tmp (which etcd's sandbox hides, so config refuses it).
+/// A scratch folder outside the paths etcd's sandbox hides (which config refuses),
+/// wherever the checkout lies.
 fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("upkeep-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap()
+    support::scratch::dir("upkeep")
 }
 
 /// A configuration for member `i` of `c`, its files under `dir`, with `extra` TOML
