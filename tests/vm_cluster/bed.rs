@@ -36,7 +36,10 @@ pub const AS_RENDERED: Additions = Additions {
 /// One poll's answer, as the management server keeps it.
 #[derive(Clone, Debug)]
 pub struct Sample {
-    /// Host time the poll's answer arrived.
+    /// Host time the poll was sent: the answer was built after it, in the guest.
+    pub asked: f64,
+    /// Host time the poll's answer arrived (it may have been built seconds before: a
+    /// poll's SSH round trip is that slow on a loaded host).
     pub at: f64,
     /// `status`'s exit code.
     pub exit: i32,
@@ -49,7 +52,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn from_json(at: f64, exit: i32, v: &Value) -> Sample {
+    pub fn from_json(asked: f64, at: f64, exit: i32, v: &Value) -> Sample {
         let s = |p: &str| {
             v.pointer(p)
                 .and_then(Value::as_str)
@@ -57,6 +60,7 @@ impl Sample {
                 .to_string()
         };
         Sample {
+            asked,
             at,
             exit,
             verdict: s("/verdict"),
@@ -117,6 +121,17 @@ impl Samples {
     }
 }
 
+/// Which answers [`Node::await_running`] weighs.
+#[derive(Clone, Copy, Debug)]
+pub enum Awaiting {
+    /// A run is under way (its ISO just inserted): `in-progress` answers are passed over
+    /// until the run ends, and the first other answer must be `running`.
+    RunEnd,
+    /// Nothing is under way (`systemctl start etcd-setup`, a oneshot, returned: its run
+    /// ended): the very first answer must be `running`.
+    FirstAnswer,
+}
+
 /// A node and what the driver saw of it.
 pub struct Node {
     /// `None` only while the node's VM is being recreated.
@@ -153,8 +168,10 @@ impl Node {
         self.stop = Arc::new(AtomicBool::new(false));
     }
 
-    /// The first answer at or after host time `since` that satisfies `want`, waiting for
-    /// the poller at most `limit`.
+    /// The first answer to a poll sent at or after host time `since` that satisfies
+    /// `want`, waiting for the poller at most `limit`. Counted from when the poll was sent,
+    /// not when its answer came: an answer arriving after `since` may describe the node
+    /// before it (a run still confirming etcd after `systemctl start` had returned).
     pub fn await_sample(
         &self,
         since: f64,
@@ -164,7 +181,7 @@ impl Node {
         let deadline = Instant::now() + limit;
         let mut list = self.samples.list.lock().unwrap();
         loop {
-            if let Some(s) = list.iter().find(|s| s.at >= since && want(s)) {
+            if let Some(s) = list.iter().find(|s| s.asked >= since && want(s)) {
                 return s.clone();
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -179,6 +196,30 @@ impl Node {
             // Woken by the poller's next answer.
             list = self.samples.added.wait_timeout(list, left).unwrap().0;
         }
+    }
+
+    /// This node's `running` (exit 0), in the answers to polls sent at or after host time
+    /// `since`, awaited at most `limit`; any other answer that counts fails the test with
+    /// the node's timeline (from `zero`). Which answers count is `awaiting`'s.
+    pub fn await_running(
+        &self,
+        since: f64,
+        limit: Duration,
+        awaiting: Awaiting,
+        zero: f64,
+    ) -> Sample {
+        let s = self.await_sample(since, limit, |s| match awaiting {
+            Awaiting::RunEnd => s.answered() && s.verdict != "in-progress",
+            Awaiting::FirstAnswer => s.answered(),
+        });
+        assert_eq!(
+            (s.verdict.as_str(), s.exit),
+            ("running", 0),
+            "{}: {s:?}\n{}",
+            self.name,
+            self.timeline(zero)
+        );
+        s
     }
 
     /// Once a node answered `running`, it must not go back to "in progress": the
@@ -210,13 +251,15 @@ impl Node {
 /// Polls one node until `stop`, keeping every answer.
 pub fn poll(remote: Remote, samples: Arc<Samples>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
+        let asked = unix_now();
         let out = remote.run(Duration::from_secs(30), "etcd-setup status --format json");
         let at = unix_now();
         let exit = out.status.code().unwrap_or(-1);
         let sample = match serde_json::from_slice::<Value>(&out.stdout) {
-            Ok(v) => Sample::from_json(at, exit, &v),
+            Ok(v) => Sample::from_json(asked, at, exit, &v),
             // No answer (SSH or the socket failed): the management server sees that too.
             Err(_) => Sample {
+                asked,
                 at,
                 exit,
                 verdict: "unreachable".into(),
@@ -411,15 +454,11 @@ impl Cluster {
             inserted.push(self.insert(i, iso));
         }
         for (i, n) in self.nodes.iter().enumerate() {
-            let s = n.await_sample(inserted[i], Duration::from_secs(600), |s| {
-                s.answered() && s.verdict != "in-progress"
-            });
-            assert_eq!(
-                (s.verdict.as_str(), s.exit),
-                ("running", 0),
-                "{}: {s:?}\n{}",
-                n.name,
-                n.timeline(self.zero)
+            let s = n.await_running(
+                inserted[i],
+                Duration::from_secs(600),
+                Awaiting::RunEnd,
+                self.zero,
             );
             report(&format!(
                 "cluster {}: {} running {:.1} s after its ISO was inserted (poll every {} s)",

@@ -147,8 +147,7 @@ pub fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     assert!(s.message.contains("restart"), "{s:?}");
     // The other members stay running meanwhile.
     for n in &c.nodes[..2] {
-        let s = n.await_sample(after, Duration::from_secs(30), Sample::answered);
-        assert_eq!(s.verdict, "running", "{}: {s:?}", n.name);
+        n.await_running(after, Duration::from_secs(30), Awaiting::FirstAnswer, zero);
     }
     report(&format!(
         "cluster c1: after 3 crashes {} is reported failed/etcd-unhealthy with {} restarts while active; the other two running",
@@ -180,15 +179,7 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
     await_node_waiting_for_iso(c, 2, gone);
     let inserted = c.insert(2, "k8s-etcd-3.5.1.iso");
     let node = &c.nodes[2];
-    let s = node.await_sample(inserted, Duration::from_secs(600), |s| {
-        s.answered() && s.verdict != "in-progress"
-    });
-    assert_eq!(
-        (s.verdict.as_str(), s.exit),
-        ("running", 0),
-        "{s:?}\n{}",
-        node.timeline(zero)
-    );
+    let s = node.await_running(inserted, Duration::from_secs(600), Awaiting::RunEnd, zero);
     report(&format!(
         "cluster c1: recreated {} rejoined and runs {:.1} s after its ISO was inserted",
         node.name,

@@ -148,8 +148,12 @@ pub fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers(
     assert_ne!(off.first().map(String::as_str), Some("enabled"), "{off:?}");
     assert_ne!(off.last().map(String::as_str), Some("active"), "{off:?}");
     for n in &c.nodes[..2] {
-        let s = n.await_sample(unix_now(), Duration::from_secs(30), Sample::answered);
-        assert_eq!(s.verdict, "running", "{}: {s:?}", n.name);
+        n.await_running(
+            unix_now(),
+            Duration::from_secs(30),
+            Awaiting::FirstAnswer,
+            zero,
+        );
     }
     report(&format!(
         "cluster c3: {name} with a certificate of another CA: etcd-start-failed {:.1} s after its insert \

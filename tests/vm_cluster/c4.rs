@@ -61,16 +61,7 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum(
     let third = c.insert(2, iso);
     for i in [0, 2] {
         let n = &c.nodes[i];
-        let s = n.await_sample(third, Duration::from_secs(600), |s| {
-            s.answered() && s.verdict != "in-progress"
-        });
-        assert_eq!(
-            s.verdict,
-            "running",
-            "{}: {s:?}\n{}",
-            n.name,
-            n.timeline(zero)
-        );
+        n.await_running(third, Duration::from_secs(600), Awaiting::RunEnd, zero);
     }
     for i in [0, 2] {
         c.nodes[i].assert_no_step_back();
@@ -105,15 +96,7 @@ fn a_node_whose_iso_lacks_etcd_fails_fast_while_its_peer_waits_for_quorum(
     // The job is a oneshot: it returned when the run had ended.
     let done = unix_now();
     let n = &c.nodes[1];
-    let s = n.await_sample(done, Duration::from_secs(60), |s| {
-        s.answered() && s.verdict != "in-progress"
-    });
-    assert_eq!(
-        (s.verdict.as_str(), s.exit),
-        ("running", 0),
-        "{s:?}\n{}",
-        n.timeline(zero)
-    );
+    n.await_running(done, Duration::from_secs(60), Awaiting::FirstAnswer, zero);
     assert_eq!(started(c), (3, 3));
     let health = c.etcdctl(0, "endpoint health --cluster");
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
@@ -782,13 +765,8 @@ fn a_snapshot_from_the_timer_restores_a_cluster_that_lost_every_data_dir(c: &mut
         assert!(out.status.success(), "{out:?}");
         let done = unix_now();
         let n = &c.nodes[i];
-        let s = n.await_sample(done, Duration::from_secs(60), Sample::answered);
-        assert_eq!(
-            (s.verdict.as_str(), s.exit),
-            ("running", 0),
-            "{s:?}\n{}",
-            n.timeline(c.zero)
-        );
+        // The first answer to a poll sent after `systemctl start` returned.
+        n.await_running(done, Duration::from_secs(60), Awaiting::FirstAnswer, c.zero);
         let journal = n.vm().ssh_ok(
             "sudo journalctl -u etcd-setup -o cat | grep -E 'as a learner|promoted to voting member|data dir' | tail -n 3",
         );
@@ -803,13 +781,7 @@ fn a_snapshot_from_the_timer_restores_a_cluster_that_lost_every_data_dir(c: &mut
     // Step 3: every node running, the keys back, three voters; a fresh snapshot.
     let now = unix_now();
     for n in &c.nodes {
-        let s = n.await_sample(now, Duration::from_secs(60), Sample::answered);
-        assert_eq!(
-            (s.verdict.as_str(), s.exit),
-            ("running", 0),
-            "{}: {s:?}",
-            n.name
-        );
+        n.await_running(now, Duration::from_secs(60), Awaiting::FirstAnswer, c.zero);
     }
     let after = members(c, 0);
     assert_eq!(after.len(), 3, "{after:?}");
