@@ -154,15 +154,8 @@ fn main() {
         "tok-bench",
         &["--quota-backend-bytes=8589934592"],
     );
-    let dir = tempfile::Builder::new()
-        .prefix("upkeep-bench-")
-        // target/tmp: outside /tmp, which etcd's sandbox hides and config refuses.
-        .tempdir_in({
-            let t = bin().parent().unwrap().parent().unwrap().join("tmp");
-            std::fs::create_dir_all(&t).unwrap();
-            t
-        })
-        .unwrap();
+    // Outside the paths etcd's sandbox hides (config refuses them), wherever the checkout is.
+    let dir = support::scratch::dir("upkeep-bench");
     let d = dir.path();
     // The data dir of every defragmentation run: a fresh copy each time.
     let data = d.join("data");

@@ -9,10 +9,17 @@ use etcd_setup::road::elf::{self, Machine};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// The arm64 binary: `ETCD_SETUP_ARM64_BINARY`, or cargo's release output.
+/// The arm64 binary: `ETCD_SETUP_ARM64_BINARY`, or cargo's release output in the target
+/// folder this test was built in (`CARGO_TARGET_DIR` when set, not always `target/`).
 fn arm64_binary() -> PathBuf {
     let path = std::env::var_os("ETCD_SETUP_ARM64_BINARY").map_or_else(
-        || support::vm::repo().join("target/aarch64-unknown-linux-musl/release/etcd-setup"),
+        || {
+            // CARGO_TARGET_TMPDIR is `<target folder>/tmp`.
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .parent()
+                .unwrap_or(std::path::Path::new("target"))
+                .join("aarch64-unknown-linux-musl/release/etcd-setup")
+        },
         PathBuf::from,
     );
     assert!(

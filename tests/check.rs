@@ -190,7 +190,14 @@ fn help_lists_the_exit_codes() {
 /// Operators vet ISOs as themselves: `check` needs no root and leaves nothing behind.
 #[test]
 fn runs_without_root_and_leaves_no_staging_folder() {
-    let iso = input("k8s-etcd-3.5.1.iso");
+    // A copy uid 65534 can read: the checkout, and the test inputs in it, may lie under a
+    // folder only root may enter (/root).
+    let readable = tempfile::tempdir().unwrap();
+    let mut perms = std::fs::metadata(readable.path()).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(readable.path(), perms).unwrap();
+    let iso = readable.path().join("k8s-etcd-3.5.1.iso");
+    std::fs::copy(input("k8s-etcd-3.5.1.iso"), &iso).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let mut perms = std::fs::metadata(tmp.path()).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o1777);

@@ -2,7 +2,7 @@
 //! rendered as the management server renders it (plain replacement), its configuration
 //! step run by sh on the host (into a temporary folder instead of /etc/etcd-setup), and
 //! the result read by the agent's own configuration parser. The same file boots the
-//! three-node clusters of tests/vm_cluster.rs, where cloud-init's schema check runs.
+//! three-node clusters of tests/vm_cluster/, where cloud-init's schema check runs.
 
 mod support;
 

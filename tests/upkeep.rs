@@ -13,12 +13,10 @@ use support::upkeep::defrags;
 
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 
-/// A scratch folder outside /tmp (which etcd's sandbox hides, so config refuses it).
+/// A scratch folder outside the paths etcd's sandbox hides (which config refuses),
+/// wherever the checkout lies.
 fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("upkeep-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap()
+    support::scratch::dir("upkeep")
 }
 
 /// A configuration for member `i` of `c`, its files under `dir`, with `extra` TOML
@@ -445,7 +443,8 @@ fn three_maintains_at_once_defragment_one_member_at_a_time_the_leader_last() {
 
 /// A small quota filled until NOSPACE: the status side reads the alarm from `/health`
 /// and the space from `/metrics`; `maintain` keeps the alarm while space does not come
-/// back; after keys are deleted it compacts, defragments, disarms, and writes work.
+/// back (the live data alone above the share of the quota it disarms below); after keys
+/// are deleted it compacts, defragments, disarms, and writes work.
 fn nospace_is_recovered_only_when_space_came_back(version: &str) {
     let quota = 16u64 << 20;
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")
@@ -471,16 +470,46 @@ fn nospace_is_recovered_only_when_space_came_back(version: &str) {
     );
     let client = c.client();
     // One argument of etcdctl may hold at most 128 KiB.
-    let value = "y".repeat(96 << 10);
-    let mut written = 0;
+    let value_len = 96usize << 10;
+    let value = "y".repeat(value_len);
+    // The database file reaches the quota with some of it free pages, as many as the
+    // writes happened to leave (a loaded machine leaves more), which a defragmentation
+    // gives back. So that "space did not come back" is certain, not luck, the distinct
+    // keys written (live data no compaction or defragmentation can remove) must alone
+    // exceed the share of the quota `maintain` disarms below, with 1 MiB to spare: at a
+    // NOSPACE reached with less, this test defragments, disarms and writes on.
+    let limit = quota / 100 * etcd_setup::day2::maintain::RECOVERED_PERCENT;
+    let live_needed = limit + (1 << 20);
+    let mut written = 0usize;
+    let mut refills = 0;
     loop {
         match client.put(&format!("fill/{written:04}"), &value) {
             Ok(()) => written += 1,
-            Err(e) if e.kind == ErrorKind::NoSpace => break,
+            Err(e) if e.kind == ErrorKind::NoSpace => {
+                if (written * value_len) as u64 >= live_needed {
+                    break;
+                }
+                refills += 1;
+                assert!(
+                    refills < 20,
+                    "{written} puts, still NOSPACE below {live_needed}"
+                );
+                client
+                    .defrag(&c.client_url(0), Duration::from_secs(60))
+                    .unwrap();
+                client.alarm_disarm().unwrap();
+            }
             Err(e) => panic!("{e}"),
         }
         assert!(written < 1000, "no NOSPACE after {written} puts");
     }
+    println!(
+        "{version}: NOSPACE with {:.1} MiB of live values after {refills} refills \
+         ({:.1} MiB needed to stay above {:.1} MiB)",
+        (written * value_len) as f64 / 1048576.0,
+        live_needed as f64 / 1048576.0,
+        limit as f64 / 1048576.0
+    );
     let alarms = client.alarm_list().unwrap();
     assert!(
         alarms.iter().any(|a| a.kind == AlarmKind::NoSpace),

@@ -1,6 +1,7 @@
 //! Real etcd clusters on loopback for host tests: 1 or 3 members of a cached release
 //! (tests/inputs/fetch-etcd), each on its own loopback address (127.X.Y.1, .2, .3) with the
-//! same client and peer ports, as real nodes have; temporary data dirs; every wait bounded
+//! same client and peer ports, as real nodes have; data dirs in a scratch folder
+//! (tests/support/scratch.rs, outside the paths etcd's sandbox hides); every wait bounded
 //! and awaited on etcd's own log ("serving client traffic" comes once the member is ready,
 //! which for a new cluster means it has a quorum), never slept; each member killed when
 //! the cluster drops, and by the kernel if the test process dies (parent-death signal).
@@ -177,10 +178,7 @@ impl Cluster {
         with_tls: bool,
     ) -> Cluster {
         let (ips, client_port, peer_port) = addresses(n);
-        let dir = tempfile::Builder::new()
-            .prefix("etcd-cluster-")
-            .tempdir()
-            .unwrap();
+        let dir = super::scratch::dir("etcd-cluster");
         let members = ips
             .iter()
             .enumerate()

@@ -1,6 +1,7 @@
-//! Shared test support: the VM bed and the test inputs.
+//! Shared test support: the VM bed, the test inputs, etcd on loopback, scratch folders.
 pub mod etcd;
 pub mod inputs;
 pub mod net;
+pub mod scratch;
 pub mod upkeep;
 pub mod vm;
