@@ -16,10 +16,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 
 /// A scratch folder outside /tmp (which etcd's sandbox hides, so config refuses it).
 fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("frame-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap()
+    support::scratch::dir("frame")
 }
 
 /// A configuration for member `i` of `c`, its files under `dir`, with `metrics` as its

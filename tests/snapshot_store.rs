@@ -13,10 +13,7 @@ use support::etcd::Cluster;
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 
 fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("store-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap()
+    support::scratch::dir("store")
 }
 
 /// A configuration for member `i` of `c`, its files under `dir`, `snapshot` the lines of
@@ -249,6 +246,8 @@ fn a_shared_copy_dir_keeps_every_other_members_snapshots() {
 fn a_folder_another_user_can_write_is_refused_naming_the_key() {
     let c = Cluster::start("3.5.16", 1, "tok-owner");
     let dir = scratch();
+    // The other user must reach the folders below to plant anything.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
     let victim = dir.path().join("victim");
     std::fs::write(&victim, "root's file").unwrap();
     let snaps = dir.path().join("snaps");

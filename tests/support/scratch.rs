@@ -13,14 +13,15 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
 
-/// The parent of every scratch folder: root's, mode 0700.
+/// The parent of every scratch folder: root's, mode 0711 (others may pass through to a
+/// folder a test opens to them, e.g. a second uid planting links; they cannot list it).
 pub const ROOT: &str = "/var/lib/etcd-setup-tests";
 
 /// A new, empty scratch folder for `what` (a short word: `upkeep`, `etcd-cluster`),
 /// removed with everything in it when the returned guard drops.
 pub fn dir(what: &str) -> tempfile::TempDir {
     let root = Path::new(ROOT);
-    match std::fs::DirBuilder::new().mode(0o700).create(root) {
+    match std::fs::DirBuilder::new().mode(0o711).create(root) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => panic!("cannot create {ROOT} for the tests' scratch folders: {e}"),
@@ -36,6 +37,11 @@ pub fn dir(what: &str) -> tempfile::TempDir {
         meta.uid(),
         meta.mode() & 0o7777
     );
+    if meta.mode() & 0o7777 != 0o711 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711))
+            .unwrap_or_else(|e| panic!("{ROOT}: cannot set mode 0711: {e}"));
+    }
     // The test's name (the thread's, as the harness names it), trimmed to a safe length.
     let test: String = std::thread::current()
         .name()
