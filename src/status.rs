@@ -15,6 +15,7 @@
 //! [`evaluate`], a pure function the tests drive with fixtures. The server is in
 //! [`server`], the client in [`query`].
 
+pub mod certs;
 mod client;
 mod live;
 pub mod operation;
