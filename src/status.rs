@@ -19,6 +19,7 @@ pub mod certs;
 mod client;
 mod live;
 pub mod operation;
+pub mod prometheus;
 mod protocol;
 pub mod server;
 mod text;

@@ -1186,3 +1186,94 @@ fn certificates_show_in_status_expiring_warns_and_expired_fails() {
     assert_eq!(j["reason"]["code"], "cert-expired");
     assert_eq!(j["exit_code"], 1);
 }
+
+/// `status --format prometheus` of a real answer (with `[tls]`, so the certificate
+/// series too) is accepted by `promtool check metrics`; `--output` writes the same text
+/// into the file; and without a server the exposition says `etcd_setup_status_up 0`.
+#[test]
+fn prometheus_format_passes_promtool_and_output_writes_the_file() {
+    use pki::{days_from_now, Pki};
+    let pki = Pki::new();
+    let key = pki.key("peer", "rsa");
+    let crt = pki.leaf(
+        "peer",
+        &key,
+        "IP:10.1.1.11",
+        &days_from_now(-1),
+        &days_from_now(100),
+    );
+    let config = format!(
+        "[node]\nname = \"etcd-1\"\nip = \"10.1.1.11\"\n\
+         [etcd]\ninitial_cluster = \"etcd-1=https://10.1.1.11:2380\"\ncluster_token = \"tok\"\n\
+         [report]\nstatus_group = \"root\"\n{}",
+        Pki::tls_table(&crt, &key, &pki.path("ca.crt"))
+    );
+    let server = Server::start(Some(&config));
+    server
+        .store()
+        .save(&failed(ReasonCode::EtcdStartFailed, "etcd \"said\" no"))
+        .unwrap();
+    let out = server.status(&["--format", "prometheus"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    for line in [
+        "etcd_setup_status_up 1",
+        "etcd_setup_verdict{verdict=\"failed\"} 1",
+        "etcd_setup_failed{reason=\"etcd-start-failed\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}:\n{text}");
+    }
+    assert!(
+        text.contains("etcd_setup_certificate_expiry_timestamp_seconds{key=\"tls.peer_cert\""),
+        "{text}"
+    );
+    let file = server.dir.path().join("etcd-setup.prom");
+    let written = server.status(&["--format", "prometheus", "--output", file.to_str().unwrap()]);
+    assert_eq!(written.status.code(), Some(1), "{written:?}");
+    assert!(written.stdout.is_empty(), "{written:?}");
+    let in_file = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        in_file.contains("etcd_setup_failed{reason=\"etcd-start-failed\"} 1"),
+        "{in_file}"
+    );
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+
+    let none = Command::new(BIN)
+        .args(["status", "--format", "prometheus", "--socket"])
+        .arg(server.dir.path().join("none.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(5), "{none:?}");
+    assert!(
+        String::from_utf8_lossy(&none.stdout).ends_with("etcd_setup_status_up 0\n"),
+        "{none:?}"
+    );
+
+    if Command::new("promtool").arg("--version").output().is_err() {
+        println!("skipped promtool check metrics: promtool is not installed (vm-images/host-setup installs it)");
+        return;
+    }
+    for exposition in [out.stdout, none.stdout] {
+        let mut child = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&exposition).unwrap();
+        let checked = child.wait_with_output().unwrap();
+        // promtool's lint also fails on style (counters without _total, ...); any line
+        // from it is a finding.
+        assert!(
+            checked.status.success(),
+            "{checked:?}\n{}",
+            String::from_utf8_lossy(&exposition)
+        );
+        assert!(
+            checked.stdout.is_empty() && checked.stderr.is_empty(),
+            "{checked:?}"
+        );
+    }
+}
