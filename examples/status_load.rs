@@ -550,6 +550,7 @@ fn main() -> anyhow::Result<()> {
         store,
         group: "root".into(),
         idle_exit: None,
+        tls: None,
     };
     let live = Arc::new(healthy(dir.path())?);
     std::thread::Builder::new()

@@ -210,12 +210,17 @@ pub struct StatusArgs {
     /// The longest --wait, e.g. "5min".
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10min")]
     pub timeout: Duration,
-    /// Output format; json is the answer of the socket (schema in the README).
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    /// Output format; json is the answer of the socket (schema in the README),
+    /// prometheus the text exposition format 0.0.4 (metric names in the README).
+    #[arg(long, value_enum, default_value_t = StatusFormat::Text)]
+    pub format: StatusFormat,
     /// Labelled lines instead of one.
     #[arg(long)]
     pub long: bool,
+    /// Write the output to FILE atomically (a temp file in its folder, renamed over it;
+    /// mode 0644) instead of stdout: the metrics timer's textfile for node-exporter.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// The status socket.
     #[arg(long, value_name = "PATH", default_value = status::SOCKET, hide = true)]
     pub socket: PathBuf,
@@ -240,6 +245,17 @@ pub struct ServeStatusArgs {
     #[cfg(feature = "test-fixtures")]
     #[arg(long, value_name = "FILE", hide = true)]
     pub live_fixture: Option<PathBuf>,
+}
+
+/// `status`'s formats: text for people, JSON for programs, Prometheus for scrapers.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Debug)]
+pub enum StatusFormat {
+    /// One line (`--long`: labelled lines).
+    Text,
+    /// One JSON document on stdout.
+    Json,
+    /// Prometheus' text exposition format 0.0.4, every metric `etcd_setup_…`.
+    Prometheus,
 }
 
 /// Text for people, JSON for programs.

@@ -96,6 +96,11 @@ pub enum ReasonCode {
     EtcdNospace,
     /// etcd's CORRUPT alarm is active: members' data differ.
     EtcdCorrupt,
+    /// A certificate of `[tls]` (a leaf or a CA of its bundle) expired or is not yet valid.
+    CertExpired,
+    /// A TLS file does not fit: the key is not the certificate's, the certificate does not
+    /// name this node's IP, or a file (a CA bundle, say) cannot be read as PEM.
+    CertMismatch,
 }
 
 impl ReasonCode {
@@ -142,6 +147,8 @@ impl ReasonCode {
         ReasonCode::ClusterUnhealthy,
         ReasonCode::EtcdNospace,
         ReasonCode::EtcdCorrupt,
+        ReasonCode::CertExpired,
+        ReasonCode::CertMismatch,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -188,6 +195,8 @@ impl ReasonCode {
             ReasonCode::ClusterUnhealthy => "cluster-unhealthy",
             ReasonCode::EtcdNospace => "etcd-nospace",
             ReasonCode::EtcdCorrupt => "etcd-corrupt",
+            ReasonCode::CertExpired => "cert-expired",
+            ReasonCode::CertMismatch => "cert-mismatch",
         }
     }
 }

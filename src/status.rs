@@ -15,10 +15,12 @@
 //! [`evaluate`], a pure function the tests drive with fixtures. The server is in
 //! [`server`], the client in [`query`].
 
+pub mod certs;
 mod client;
 pub mod data;
 mod live;
 pub mod operation;
+pub mod prometheus;
 mod protocol;
 pub mod server;
 mod text;

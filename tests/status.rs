@@ -17,6 +17,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 
+#[path = "support/pki.rs"]
+mod pki;
+
 /// A valid configuration with `[report] status_group = GROUP`.
 fn config(group: &str) -> String {
     format!(
@@ -1108,4 +1111,193 @@ fn an_operation_record_naming_a_live_unrelated_pid_does_not_read_in_progress() {
     );
     unrelated.kill().unwrap();
     unrelated.wait().unwrap();
+}
+
+/// `[tls]` in status: a leaf within `tls.warn_days` is a warning with exit 0 (text and
+/// JSON carry it and every certificate's facts); the same file replaced by an expired one
+/// fails the member with `cert-expired` naming the key, at the next query.
+#[test]
+fn certificates_show_in_status_expiring_warns_and_expired_fails() {
+    use pki::{days_from_now, Pki};
+    let pki = Pki::new();
+    let key = pki.key("peer", "ec");
+    let soon = pki.leaf(
+        "soon",
+        &key,
+        "IP:10.1.1.11",
+        &days_from_now(-300),
+        &days_from_now(10),
+    );
+    let live = pki.path("peer.crt");
+    std::fs::copy(&soon, &live).unwrap();
+    let config = format!(
+        "[node]\nname = \"etcd-1\"\nip = \"10.1.1.11\"\n\
+         [etcd]\ninitial_cluster = \"etcd-1=https://10.1.1.11:2380\"\ncluster_token = \"tok\"\n\
+         [report]\nstatus_group = \"root\"\n{}",
+        Pki::tls_table(&live, &key, &pki.path("ca.crt"))
+    );
+    let server = Server::start(Some(&config));
+    server.store().save(&state(Phase::Running)).unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let line = text(&out);
+    assert!(line.starts_with("running: "), "{line}");
+    assert!(
+        line.contains(&format!(
+            "; certificate tls.client_cert {} ends in 9 days",
+            live.display()
+        )) || line.contains(&format!(
+            "; certificate tls.client_cert {} ends in 10 days",
+            live.display()
+        )),
+        "{line}"
+    );
+    let j = json(&server.status(&["--format", "json"]));
+    assert_eq!(j["verdict"], "running");
+    let certs = j["certificates"].as_array().expect("certificates");
+    assert_eq!(certs.len(), 4, "{certs:?}");
+    assert_eq!(certs[0]["key"], "tls.client_cert");
+    assert_eq!(certs[0]["subject"], "CN=soon");
+    assert_eq!(certs[0]["issuer"], "CN=test-ca");
+    assert_eq!(certs[0]["key_matches"], true);
+    assert_eq!(certs[0]["covers_ip"], true);
+    assert_eq!(certs[0]["expiring"], true);
+    assert!(certs[0]["not_after_unix"].as_u64().is_some(), "{certs:?}");
+    assert_eq!(certs[1]["kind"], "ca");
+    let warnings: Vec<&str> = j["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("tls.peer_cert: ") && w.contains(" days, on ")),
+        "{warnings:?}"
+    );
+    let long = text(&server.status(&["--long"]));
+    assert!(
+        long.contains(&format!(
+            "cert:     tls.peer_cert {}: CN=soon, serial ",
+            live.display()
+        )),
+        "{long}"
+    );
+    assert!(long.contains("warning:  tls.client_cert: "), "{long}");
+
+    let expired = pki.leaf(
+        "old",
+        &key,
+        "IP:10.1.1.11",
+        "20200101000000Z",
+        "20210101000000Z",
+    );
+    let tmp = pki.path("peer.crt.new");
+    std::fs::copy(&expired, &tmp).unwrap();
+    std::fs::rename(&tmp, &live).unwrap();
+    let out = server.status(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out).starts_with(&format!(
+            "failed: cert-expired: tls.client_cert: {} (serial ",
+            live.display()
+        )),
+        "{}",
+        text(&out)
+    );
+    let j = json(&server.status(&["--format", "json"]));
+    assert_eq!(j["reason"]["code"], "cert-expired");
+    assert_eq!(j["exit_code"], 1);
+}
+
+/// `status --format prometheus` of a real answer (with `[tls]`, so the certificate
+/// series too) is accepted by `promtool check metrics`; `--output` writes the same text
+/// into the file; and without a server the exposition says `etcd_setup_status_up 0`.
+#[test]
+fn prometheus_format_passes_promtool_and_output_writes_the_file() {
+    use pki::{days_from_now, Pki};
+    let pki = Pki::new();
+    let key = pki.key("peer", "rsa");
+    let crt = pki.leaf(
+        "peer",
+        &key,
+        "IP:10.1.1.11",
+        &days_from_now(-1),
+        &days_from_now(100),
+    );
+    let config = format!(
+        "[node]\nname = \"etcd-1\"\nip = \"10.1.1.11\"\n\
+         [etcd]\ninitial_cluster = \"etcd-1=https://10.1.1.11:2380\"\ncluster_token = \"tok\"\n\
+         [report]\nstatus_group = \"root\"\n{}",
+        Pki::tls_table(&crt, &key, &pki.path("ca.crt"))
+    );
+    let server = Server::start(Some(&config));
+    server
+        .store()
+        .save(&failed(ReasonCode::EtcdStartFailed, "etcd \"said\" no"))
+        .unwrap();
+    let out = server.status(&["--format", "prometheus"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    for line in [
+        "etcd_setup_status_up 1",
+        "etcd_setup_verdict{verdict=\"failed\"} 1",
+        "etcd_setup_failed{reason=\"etcd-start-failed\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}:\n{text}");
+    }
+    assert!(
+        text.contains("etcd_setup_certificate_expiry_timestamp_seconds{key=\"tls.peer_cert\""),
+        "{text}"
+    );
+    let file = server.dir.path().join("etcd-setup.prom");
+    let written = server.status(&["--format", "prometheus", "--output", file.to_str().unwrap()]);
+    assert_eq!(written.status.code(), Some(1), "{written:?}");
+    assert!(written.stdout.is_empty(), "{written:?}");
+    let in_file = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        in_file.contains("etcd_setup_failed{reason=\"etcd-start-failed\"} 1"),
+        "{in_file}"
+    );
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+
+    let none = Command::new(BIN)
+        .args(["status", "--format", "prometheus", "--socket"])
+        .arg(server.dir.path().join("none.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(5), "{none:?}");
+    assert!(
+        String::from_utf8_lossy(&none.stdout).ends_with("etcd_setup_status_up 0\n"),
+        "{none:?}"
+    );
+
+    if Command::new("promtool").arg("--version").output().is_err() {
+        println!("skipped promtool check metrics: promtool is not installed (vm-images/host-setup installs it)");
+        return;
+    }
+    for exposition in [out.stdout, none.stdout] {
+        let mut child = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&exposition).unwrap();
+        let checked = child.wait_with_output().unwrap();
+        // promtool's lint also fails on style (counters without _total, ...); any line
+        // from it is a finding.
+        assert!(
+            checked.status.success(),
+            "{checked:?}\n{}",
+            String::from_utf8_lossy(&exposition)
+        );
+        assert!(
+            checked.stdout.is_empty() && checked.stderr.is_empty(),
+            "{checked:?}"
+        );
+    }
 }

@@ -64,7 +64,11 @@ pub fn run(
     rejoin: bool,
     shared: &SharedReporter,
 ) -> u8 {
-    let settings = match config::load(config_path) {
+    // The TLS files are judged with the rest of the configuration: an expired or
+    // mismatched one fails now, not when etcd's peers refuse it after the ISO wait.
+    let loaded = config::load(config_path)
+        .and_then(|s| config::certs::refuse(&s, config_path, SystemTime::now()).map(|()| s));
+    let settings = match loaded {
         Ok(s) => s,
         Err(failure) => {
             let (file, owner) = config::failure_target(config_path);

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Value;
 
+pub mod certs;
 mod cluster;
 mod data;
 mod raw;
@@ -107,13 +108,29 @@ pub struct TlsFiles {
 }
 
 /// TLS for etcd's client and peer traffic; a side that is `None` is plain http.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tls {
     /// `--cert-file`, `--key-file`, `--trusted-ca-file` (and `--client-cert-auth`).
     pub client: Option<TlsFiles>,
     /// `--peer-cert-file`, `--peer-key-file`, `--peer-trusted-ca-file` (and
     /// `--peer-client-cert-auth`).
     pub peer: Option<TlsFiles>,
+    /// `tls.warn_days`: a certificate that expires within this many days is a warning in
+    /// status ([`certs`]).
+    pub warn_days: u32,
+}
+
+/// `tls.warn_days` when not given.
+pub const DEFAULT_WARN_DAYS: u32 = 30;
+
+impl Default for Tls {
+    fn default() -> Tls {
+        Tls {
+            client: None,
+            peer: None,
+            warn_days: DEFAULT_WARN_DAYS,
+        }
+    }
 }
 
 /// The validated configuration of one etcd node.

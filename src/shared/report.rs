@@ -33,6 +33,7 @@ pub use operation::{
     read_operation, remove_own_operation, start_time, Command, Operation, OperationGuard, Process,
     OPERATION_FILE,
 };
+pub(crate) use record::open_flags as record_open_flags;
 pub use record::{read_record, RecordError};
 pub use reporter::{Reporter, SharedReporter};
 pub use snapshot::{

@@ -10,7 +10,7 @@
 use super::protocol::{Answer, ErrorBody, Reply, Request};
 use super::text::{text_line, text_long};
 use super::{MAX_WAIT, PROTOCOL_VERSION, REQUEST_TIMEOUT, SCHEMA_VERSION};
-use crate::cli::{Format, StatusArgs};
+use crate::cli::{StatusArgs, StatusFormat as Format};
 use crate::{exit, shared::output, shared::printable};
 use serde::Serialize;
 use std::io::{self, Read, Write};
@@ -32,25 +32,37 @@ pub fn command(args: &StatusArgs) -> u8 {
     };
     match query(&args.socket, &request, SLACK) {
         Ok(answer) => {
-            match (args.format, args.long) {
+            let text = match (args.format, args.long) {
                 (Format::Json, _) => match serde_json::to_string_pretty(&answer) {
-                    Ok(json) => output::print(&format!("{json}\n")),
+                    Ok(json) => format!("{json}\n"),
                     Err(e) => {
                         eprintln!("etcd-setup status: cannot encode the answer: {e}");
                         return exit::status::UNREACHABLE;
                     }
                 },
-                (Format::Text, true) => output::print(&text_long(&answer)),
-                (Format::Text, false) => output::print(&format!("{}\n", text_line(&answer))),
+                (Format::Prometheus, _) => {
+                    super::prometheus::exposition(&answer, std::time::SystemTime::now())
+                }
+                (Format::Text, true) => text_long(&answer),
+                (Format::Text, false) => format!("{}\n", text_line(&answer)),
+            };
+            if !emit(args, &text) {
+                return exit::status::UNREACHABLE;
             }
             answer.exit_code
         }
         Err(e) => {
-            if args.format == Format::Json {
-                let body = Unanswered::new(&args.socket, &e);
-                if let Ok(json) = serde_json::to_string_pretty(&body) {
-                    output::print(&format!("{json}\n"));
+            match args.format {
+                Format::Json => {
+                    let body = Unanswered::new(&args.socket, &e);
+                    if let Ok(json) = serde_json::to_string_pretty(&body) {
+                        emit(args, &format!("{json}\n"));
+                    }
                 }
+                Format::Prometheus => {
+                    emit(args, &super::prometheus::unreachable());
+                }
+                Format::Text => {}
             }
             let what = match e {
                 ClientError::Refused(_) => "refused",
@@ -61,6 +73,22 @@ pub fn command(args: &StatusArgs) -> u8 {
                 printable::line(&e.to_string())
             );
             exit::status::UNREACHABLE
+        }
+    }
+}
+
+/// Prints `text`, or writes it atomically to `--output`; false (said on stderr, naming
+/// the file) when the file could not be written.
+fn emit(args: &StatusArgs, text: &str) -> bool {
+    let Some(file) = &args.output else {
+        output::print(text);
+        return true;
+    };
+    match crate::shared::report::atomic_write(file, text.as_bytes(), 0o644, None) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("etcd-setup status: cannot write {}: {e}", file.display());
+            false
         }
     }
 }

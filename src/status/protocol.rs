@@ -178,6 +178,11 @@ pub struct Answer {
     /// pid, since when, its step, whether etcd is down on purpose; absent when none runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<crate::shared::report::Operation>,
+    /// Every certificate of `[tls]` (leaves and the CAs of the trusted bundles): subject,
+    /// issuer, serial, validity, days left, key and SAN fit, and its problem; absent
+    /// without `[tls]` (added field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<crate::shared::config::certs::CertView>,
 }
 
 /// etcd's space, from its `/metrics`.

@@ -117,6 +117,8 @@ pub struct Options {
     pub group: String,
     /// Exit after this long without connections; `None`: never.
     pub idle_exit: Option<Duration>,
+    /// The `[tls]` files to show and judge; `None` without `[tls]` (or a configuration).
+    pub tls: Option<crate::shared::config::certs::Policy>,
 }
 
 /// Where a connection is.
@@ -200,10 +202,11 @@ pub fn serve(
     {
         let (evaluations, watch) = (Arc::clone(&evaluations), Arc::clone(&watch));
         let store = options.store.clone();
+        let tls = options.tls.clone();
         std::thread::Builder::new()
             .name("status-eval".into())
             .stack_size(STACK)
-            .spawn(move || evaluator(evaluations, store, live, watch, wake_tx))
+            .spawn(move || evaluator(evaluations, store, tls, live, watch, wake_tx))
             .context("cannot start the evaluator thread")?;
     }
     let now = Instant::now();
@@ -666,8 +669,11 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, ErrorBody> {
 /// (defaults when it is missing or bad: the server must answer why anyway), takes the
 /// socket from systemd or binds `--socket`, and serves until idle. Returns the exit code.
 pub fn command(args: &ServeStatusArgs) -> u8 {
-    let (group, metrics_port) = match config::load(&args.config) {
-        Ok(s) => (s.status_group, s.metrics_port),
+    let (group, metrics_port, tls) = match config::load(&args.config) {
+        Ok(s) => {
+            let tls = config::certs::Policy::of(&s);
+            (s.status_group, s.metrics_port, tls)
+        }
         Err(f) => {
             if args.config.exists() {
                 eprintln!(
@@ -679,6 +685,7 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
             (
                 config::DEFAULT_STATUS_GROUP.to_string(),
                 config::DEFAULT_METRICS_PORT,
+                None,
             )
         }
     };
@@ -709,6 +716,7 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
         store: StateStore::new(&args.dirs.run_dir, &args.dirs.state_dir),
         group,
         idle_exit: (!args.idle_exit.is_zero()).then_some(args.idle_exit),
+        tls,
     };
     match serve(listener, options, live) {
         Ok(()) => exit::serve::OK,

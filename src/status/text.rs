@@ -20,6 +20,14 @@ fn raw_line(a: &Answer) -> String {
     if !a.advisories.is_empty() {
         line.push_str(&format!("; advisory: {}", a.advisories.join("; ")));
     }
+    for c in a.certificates.iter().filter(|c| c.expiring) {
+        line.push_str(&format!(
+            "; certificate {} {} ends in {} days",
+            c.key,
+            c.path,
+            c.days_left.unwrap_or_default()
+        ));
+    }
     line
 }
 
@@ -186,6 +194,25 @@ fn raw_long(a: &Answer) -> String {
             "snapshot: {} revision {} size {} {}\n",
             l.time, l.revision, l.size, l.file
         ));
+    }
+    for c in &a.certificates {
+        let facts = match (&c.subject, &c.not_after, c.days_left) {
+            (Some(subject), Some(until), Some(days)) => format!(
+                "{subject}, serial {}, until {until} ({days} days)",
+                c.serial.as_deref().unwrap_or("-")
+            ),
+            _ => "unreadable".into(),
+        };
+        let state = match &c.problem {
+            Some(p) => p.code.as_str(),
+            None if c.expiring => "expiring",
+            None => "ok",
+        };
+        out.push_str(&printable::line(&format!(
+            "cert:     {} {}: {facts}: {state}",
+            c.key, c.path
+        )));
+        out.push('\n');
     }
     for w in &a.warnings {
         out.push_str(&format!("warning:  {w}\n"));

@@ -195,6 +195,7 @@ pub fn evaluate_at(
         },
         upgrade: state.upgrade.clone(),
         operation: None,
+        certificates: Vec::new(),
     }
 }
 
@@ -234,6 +235,7 @@ fn without_state(
         advisory_details: Vec::new(),
         upgrade: None,
         operation: None,
+        certificates: Vec::new(),
     }
 }
 

@@ -171,6 +171,18 @@ impl Checker<'_> {
                 tls.client_trusted_ca,
             )?,
             peer: self.tls_side("peer", tls.peer_cert, tls.peer_key, tls.peer_trusted_ca)?,
+            warn_days: {
+                let days = self.count("tls.warn_days", tls.warn_days, DEFAULT_WARN_DAYS.into())?;
+                u32::try_from(days)
+                    .ok()
+                    .filter(|&d| d <= 3650)
+                    .ok_or_else(|| {
+                        self.err(
+                            "tls.warn_days",
+                            format_args!("{days} is more than 3650 days"),
+                        )
+                    })?
+            },
         };
 
         // [etcd]

@@ -253,6 +253,7 @@ pub(super) struct RawTls {
     pub(super) peer_cert: Option<Value>,
     pub(super) peer_key: Option<Value>,
     pub(super) peer_trusted_ca: Option<Value>,
+    pub(super) warn_days: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]

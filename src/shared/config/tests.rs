@@ -98,6 +98,7 @@ fn the_documented_example_parses_to_its_typed_values() {
                 key: pki("peer.key"),
                 trusted_ca: pki("ca.crt"),
             }),
+            warn_days: 21,
         },
         limits: archive::Limits::default(),
         data: DataSettings {

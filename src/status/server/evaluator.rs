@@ -77,6 +77,7 @@ impl Drop for StopOnDrop {
 pub(super) fn evaluator(
     evaluations: Arc<Evaluations>,
     store: StateStore,
+    tls: Option<crate::shared::config::certs::Policy>,
     live: Arc<dyn LiveView>,
     watch: Arc<Watch>,
     wake: UnixStream,
@@ -89,6 +90,8 @@ pub(super) fn evaluator(
         .unwrap_or_default();
     // The parsed state, and the watch generation it was read under.
     let mut parsed: Option<(u64, Loaded)> = None;
+    // The TLS files as parsed, kept until one changes on disk.
+    let mut inspector = crate::shared::config::certs::Inspector::new();
     loop {
         let ticket = {
             let mut slot = evaluations.slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -113,6 +116,14 @@ pub(super) fn evaluator(
             };
             let mut answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
             crate::status::data::annotate(&mut answer, &persist_dir, std::time::SystemTime::now());
+            if let Some(policy) = &tls {
+                crate::status::certs::annotate(
+                    &mut answer,
+                    &mut inspector,
+                    policy,
+                    std::time::SystemTime::now(),
+                );
+            }
             if let Some(run_dir) = live_copy.parent() {
                 crate::status::operation::annotate(
                     &mut answer,

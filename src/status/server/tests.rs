@@ -102,6 +102,7 @@ fn serve_in(dir: &Path, before: impl FnOnce(&Path)) {
             .flatten()
             .map_or_else(|| "root".into(), |g| g.name),
         idle_exit: None,
+        tls: None,
     };
     let live = Arc::new(NoEtcd);
     std::thread::spawn(move || serve(listener, options, live));

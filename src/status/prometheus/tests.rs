@@ -1,0 +1,131 @@
+use super::*;
+use std::time::Duration;
+
+fn answer(extra: serde_json::Value) -> Answer {
+    let mut base = serde_json::json!({
+        "schema_version": 1,
+        "phase": "running",
+        "phases": [],
+        "run": { "pid": 7, "alive": false },
+        "etcd": {
+            "active_state": "active", "sub_state": "running", "n_restarts": 2,
+            "active_enter_timestamp_us": 1, "health": "healthy"
+        },
+        "verdict": "running",
+        "exit_code": 0
+    });
+    if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(base).unwrap()
+}
+
+fn at(s: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(s)
+}
+
+/// Each family has its HELP and TYPE before its samples, once; every sample line is
+/// `name{labels} value` with a known family.
+fn well_formed(text: &str) {
+    let mut typed = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(typed.insert(name.to_string()), "TYPE twice: {name}");
+            assert!(rest.ends_with(" gauge"), "{line}");
+        } else if !line.starts_with("# HELP ") {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(typed.contains(name), "sample before its TYPE: {line}");
+            assert!(name.starts_with("etcd_setup_"), "{line}");
+        }
+    }
+}
+
+#[test]
+fn a_running_node_shows_its_verdict_phase_unit_and_health() {
+    let text = exposition(&answer(serde_json::json!({})), at(1000));
+    well_formed(&text);
+    for line in [
+        "etcd_setup_status_up 1",
+        "etcd_setup_status_exit_code 0",
+        "etcd_setup_verdict{verdict=\"running\"} 1",
+        "etcd_setup_verdict{verdict=\"failed\"} 0",
+        "etcd_setup_phase{phase=\"running\"} 1",
+        "etcd_setup_phase{phase=\"waiting-for-iso\"} 0",
+        "etcd_setup_etcd_unit_active{active_state=\"active\",sub_state=\"running\"} 1",
+        "etcd_setup_etcd_unit_restarts 2",
+        "etcd_setup_etcd_healthy 1",
+        "etcd_setup_alarm{alarm=\"NOSPACE\"} 0",
+        "etcd_setup_warnings 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+    // Nothing said about what the answer does not know.
+    assert!(!text.contains("etcd_setup_db_size_bytes"), "{text}");
+    assert!(!text.contains("etcd_setup_snapshot_age_seconds"), "{text}");
+    assert!(!text.contains("etcd_setup_failed{"), "{text}");
+}
+
+#[test]
+fn failure_space_alarms_snapshot_certificates_and_advisories() {
+    let a = answer(serde_json::json!({
+        "verdict": "failed", "exit_code": 1,
+        "reason": { "code": "etcd-nospace", "message": "full" },
+        "space": { "db_size": 900, "db_size_in_use": 400, "quota": 1000, "quota_used_percent": 90 },
+        "alarms": ["NOSPACE"],
+        "snapshot": {
+            "last": { "time": "x", "unix_time": 400, "revision": 3, "size": 77, "file": "/s", "hash": 1, "total_keys": 5 },
+            "failure": { "time": "y", "code": "snapshot-failed", "message": "m" },
+            "stale": true
+        },
+        "warnings": ["one", "two"],
+        "advisory_details": [{ "id": "etcd-3.5-data-inconsistency", "summary": "s", "source": "u" }],
+        "certificates": [{
+            "key": "tls.peer_cert", "path": "/etc/etcd/pki/pe\"er\\.crt", "kind": "leaf",
+            "subject": "CN=etcd-1", "issuer": "CN=ca", "serial": "1000",
+            "not_before": null, "not_after": null, "not_after_unix": 5000, "days_left": 3,
+            "key_matches": true, "covers_ip": true, "covers_name": true,
+            "problem": { "code": "cert-expired", "message": "m" }, "expiring": false
+        }]
+    }));
+    let text = exposition(&a, at(1000));
+    well_formed(&text);
+    let labels = "key=\"tls.peer_cert\",path=\"/etc/etcd/pki/pe\\\"er\\\\.crt\",kind=\"leaf\",serial=\"1000\",subject=\"CN=etcd-1\"";
+    for line in [
+        "etcd_setup_verdict{verdict=\"failed\"} 1".to_string(),
+        "etcd_setup_status_exit_code 1".into(),
+        "etcd_setup_failed{reason=\"etcd-nospace\"} 1".into(),
+        "etcd_setup_alarm{alarm=\"NOSPACE\"} 1".into(),
+        "etcd_setup_alarm{alarm=\"CORRUPT\"} 0".into(),
+        "etcd_setup_db_size_bytes 900".into(),
+        "etcd_setup_db_size_in_use_bytes 400".into(),
+        "etcd_setup_db_quota_bytes 1000".into(),
+        "etcd_setup_snapshot_last_success_timestamp_seconds 400".into(),
+        "etcd_setup_snapshot_age_seconds 600".into(),
+        "etcd_setup_snapshot_stale 1".into(),
+        "etcd_setup_snapshot_failing 1".into(),
+        "etcd_setup_snapshot_copy_failing 0".into(),
+        format!("etcd_setup_certificate_expiry_timestamp_seconds{{{labels}}} 5000"),
+        format!("etcd_setup_certificate_problem{{{labels},code=\"cert-expired\"}} 1"),
+        format!("etcd_setup_certificate_expiring{{{labels}}} 0"),
+        "etcd_setup_warnings 2".into(),
+        "etcd_setup_advisory{id=\"etcd-3.5-data-inconsistency\"} 1".into(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+}
+
+#[test]
+fn label_values_escape_backslash_quote_and_newline() {
+    assert_eq!(escape("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+}
+
+#[test]
+fn unreachable_says_status_up_0_only() {
+    let text = unreachable();
+    well_formed(&text);
+    assert!(text.ends_with("etcd_setup_status_up 0\n"), "{text}");
+    assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 1);
+}
