@@ -211,6 +211,11 @@ fn upgrade(
     for line in advisory::gate(&release.version, settings.refuse_known_bad)? {
         eprintln!("etcd-setup upgrade: warning: {line}");
     }
+    // What the running release's advisories say about this step (the refusal, if any,
+    // is the rule table's).
+    for line in advisory::before_step(installed, new) {
+        eprintln!("etcd-setup upgrade: note: {line}");
+    }
     if rules::versions(installed, new)? == Step::Nothing {
         record.set(
             UpgradePhase::Done,
