@@ -513,8 +513,12 @@ fn a_3_6_release_over_a_3_5_30_member_passes_the_minimum_and_the_stub_is_rolled_
     let view = upgrade::survey(&client, &n).unwrap();
     rules::cluster(&view, installed, new).unwrap();
     let lock = upgrade::take_turn(&client, &n, installed, new, WAIT, WAIT, &mut |_| {}).unwrap();
+    let told = Told {
+        inner: svc,
+        seen: Mutex::new(Vec::new()),
+    };
     let f = upgrade::swap(
-        svc,
+        &told,
         &release,
         install,
         c.client_addr(0),
@@ -531,4 +535,39 @@ fn a_3_6_release_over_a_3_5_30_member_passes_the_minimum_and_the_stub_is_rolled_
         health::server_version(c.client_addr(0), Duration::from_secs(3)).unwrap(),
         "3.5.30"
     );
+    // Each start was told the release it runs, so etcd's environment fits it: the stub
+    // 3.6 with 3.6's feature gates, the 3.5.30 put back with 3.5's flags.
+    let seen = told.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            "stop",
+            "release 3.6.5",
+            "start",
+            "stop",
+            "release 3.5.30",
+            "start"
+        ],
+        "{seen:?}"
+    );
+}
+
+/// A [`Service`] that says what it was asked, in order.
+struct Told<'a> {
+    inner: &'a ChildEtcd,
+    seen: Mutex<Vec<String>>,
+}
+
+impl Service for Told<'_> {
+    fn stop(&self) -> Result<(), Failure> {
+        self.seen.lock().unwrap().push("stop".into());
+        self.inner.stop()
+    }
+    fn start(&self) -> Result<(), Failure> {
+        self.seen.lock().unwrap().push("start".into());
+        self.inner.start()
+    }
+    fn set_release(&self, release: Version) {
+        self.seen.lock().unwrap().push(format!("release {release}"));
+    }
 }
