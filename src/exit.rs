@@ -114,6 +114,7 @@ pub fn of(command: crate::shared::report::Command, reason: crate::reason::Reason
             C::Upgrade,
             R::UpgradeDowngrade
             | R::UpgradeTooFar
+            | R::UpgradeBelowMinimum
             | R::UpgradeTwoMembers
             | R::UpgradeUnhealthy
             | R::UpgradeInProgress
@@ -234,7 +235,7 @@ pub const UPGRADE: Table = Table {
         ),
         code(
             upgrade::REFUSED,
-            "refused by a rule (upgrade-downgrade, upgrade-too-far, upgrade-two-members, upgrade-unhealthy, upgrade-in-progress, known-bad-release); nothing was changed",
+            "refused by a rule (upgrade-downgrade, upgrade-too-far, upgrade-below-minimum, upgrade-two-members, upgrade-unhealthy, upgrade-in-progress, known-bad-release); nothing was changed",
         ),
     ],
 };

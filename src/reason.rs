@@ -63,6 +63,9 @@ pub enum ReasonCode {
     UpgradeDowngrade,
     /// `upgrade`: the attached release is more than one minor version up, or another major.
     UpgradeTooFar,
+    /// `upgrade`: a member runs a patch below the minimum etcd's guide names for the next
+    /// minor (3.5 → 3.6 needs every member on 3.5.26 or later first).
+    UpgradeBelowMinimum,
     /// `upgrade`: a two-member cluster loses its quorum while one member restarts.
     UpgradeTwoMembers,
     /// `upgrade`: a member (this one or another) is not healthy, or did not answer.
@@ -131,6 +134,7 @@ impl ReasonCode {
         ReasonCode::KnownBadRelease,
         ReasonCode::UpgradeDowngrade,
         ReasonCode::UpgradeTooFar,
+        ReasonCode::UpgradeBelowMinimum,
         ReasonCode::UpgradeTwoMembers,
         ReasonCode::UpgradeUnhealthy,
         ReasonCode::UpgradeInProgress,
@@ -179,6 +183,7 @@ impl ReasonCode {
             ReasonCode::KnownBadRelease => "known-bad-release",
             ReasonCode::UpgradeDowngrade => "upgrade-downgrade",
             ReasonCode::UpgradeTooFar => "upgrade-too-far",
+            ReasonCode::UpgradeBelowMinimum => "upgrade-below-minimum",
             ReasonCode::UpgradeTwoMembers => "upgrade-two-members",
             ReasonCode::UpgradeUnhealthy => "upgrade-unhealthy",
             ReasonCode::UpgradeInProgress => "upgrade-in-progress",

@@ -488,3 +488,42 @@ fn warns_of_the_3_5_1_advisory_and_keeps_exit_0_but_not_for_3_4_23_3_5_16_or_3_5
         );
     }
 }
+
+/// Issue 23 item 4: the advisories' data file also holds notes (on the way to 3.6, below
+/// the production minimum, auth only): 3.5.16 gets the 3.6 notes as `note:` lines and in
+/// JSON's `notes`, never as a warning; 3.5.30, the release the CloudStack notes
+/// recommend, gets none at all.
+#[test]
+fn notes_the_road_to_3_6_for_3_5_16_and_nothing_for_3_5_30() {
+    let tarball = input("etcd-v3.5.16-linux-amd64.tar.gz");
+    let out = check(&[], &[&tarball]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(": note: etcd 3.5.16: a learner promoted on these releases")
+            && text.contains("too many learner member")
+            && text.contains("etcd-io/etcd#19557"),
+        "{text}"
+    );
+    assert!(!text.contains("warning"), "{text}");
+    let doc = json(&check(&["--format", "json"], &[&tarball]));
+    let ids: Vec<&str> = doc["results"][0]["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"etcd-3.5-learner-promotion-before-3.6"),
+        "{ids:?}"
+    );
+    assert!(
+        ids.contains(&"etcd-3.5-zombie-members-before-3.6"),
+        "{ids:?}"
+    );
+    let tarball = input("etcd-v3.5.30-linux-amd64.tar.gz");
+    let out = check(&[], &[&tarball]);
+    assert!(!stdout(&out).contains("note:"), "{}", stdout(&out));
+    let doc = json(&check(&["--format", "json"], &[&tarball]));
+    assert_eq!(doc["results"][0]["notes"], serde_json::json!([]));
+}

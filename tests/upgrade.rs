@@ -313,7 +313,14 @@ fn three_members_started_at_once_upgrade_one_at_a_time_the_leader_last_to_3_5() 
 
 /// A 3.5.30 layout whose `etcd` is a real ELF that exits at once (`false`).
 fn broken_release(dir: &Path) -> PathBuf {
-    let top = dir.join("pack/etcd-v3.5.30-linux-amd64");
+    stub_release(dir, "3.5.30")
+}
+
+/// A release layout named for `version` whose `etcd` is a real ELF that exits at once
+/// (`false`): the archive pass takes the version from the top folder's name, so this
+/// stands in for a release no build of which can be fetched here (3.6).
+fn stub_release(dir: &Path, version: &str) -> PathBuf {
+    let top = dir.join(format!("pack/etcd-v{version}-linux-amd64"));
     std::fs::create_dir_all(top.join("Documentation")).unwrap();
     let real = support::etcd::release("3.5.30");
     for b in ["etcdctl", "etcdutl"] {
@@ -326,13 +333,13 @@ fn broken_release(dir: &Path) -> PathBuf {
     std::fs::copy(falsy, top.join("etcd")).unwrap();
     std::fs::write(top.join("README.md"), "# etcd that exits\n").unwrap();
     std::fs::write(top.join("Documentation/README.md"), "# docs\n").unwrap();
-    let out = dir.join("etcd-v3.5.30-broken.tar.gz");
+    let out = dir.join(format!("etcd-v{version}-stub.tar.gz"));
     let st = Command::new("tar")
         .arg("-C")
         .arg(dir.join("pack"))
         .args(["--owner=0", "--group=0", "--numeric-owner", "-czf"])
         .arg(&out)
-        .arg("etcd-v3.5.30-linux-amd64")
+        .arg(format!("etcd-v{version}-linux-amd64"))
         .status()
         .unwrap();
     assert!(st.success());
@@ -428,4 +435,139 @@ fn a_leader_alone_hands_leadership_on_when_its_wait_is_over() {
         n.name,
         t.elapsed().as_secs_f64()
     );
+}
+
+/// The release a stub 3.6 tarball names, as `upgrade` reads it from the staged release.
+fn stub_3_6(dir: &Path, install: &Path) -> (Extracted, Version) {
+    let release = staged(&stub_release(dir, "3.6.5"), install);
+    let new = v(&release.version);
+    assert_eq!(new, v("3.6.5"));
+    (release, new)
+}
+
+#[test]
+fn a_3_6_release_over_a_3_5_16_cluster_is_refused_naming_every_member_and_the_minimum() {
+    // No etcd 3.6 build can be fetched here: the 3.6 release is a stub whose `etcd` never
+    // runs; the refusal comes before anything is stopped.
+    let c = Cluster::start("3.5.16", 3, "upg-min");
+    let n = node(&c, 0, &c.bin);
+    let install = c.dir().join("opt-stub");
+    std::fs::create_dir_all(&install).unwrap();
+    let (_release, new) = stub_3_6(c.dir(), &install);
+    let installed = v("3.5.16");
+    assert_eq!(
+        rules::versions(installed, new).unwrap(),
+        rules::Step::Upgrade
+    );
+    let client = n.client(c.client_urls());
+    let view = upgrade::survey(&client, &n).unwrap();
+    let f = rules::cluster(&view, installed, new).unwrap_err();
+    assert_eq!(f.code, ReasonCode::UpgradeBelowMinimum, "{f}");
+    for name in [
+        "m1 runs 3.5.16",
+        "m2 runs 3.5.16",
+        "m3 runs 3.5.16",
+        "3.5.26 or later",
+    ] {
+        assert!(f.message.contains(name), "{name}: {f}");
+    }
+    assert!(f.message.contains("newest 3.5 patch first"), "{f}");
+    assert_eq!(
+        etcd_setup::exit::of(
+            etcd_setup::shared::report::Command::Upgrade,
+            ReasonCode::UpgradeBelowMinimum
+        ),
+        etcd_setup::exit::upgrade::REFUSED
+    );
+    // Asked again under the cluster lock: refused there too, and the lock let go.
+    let f = upgrade::take_turn(&client, &n, installed, new, WAIT, WAIT, &mut |_| {})
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(f.code, ReasonCode::UpgradeBelowMinimum, "{f}");
+    // Nothing changed: every member still runs 3.5.16, healthy.
+    for i in 0..3 {
+        assert_eq!(
+            health::server_version(c.client_addr(i), Duration::from_secs(3)).unwrap(),
+            "3.5.16"
+        );
+        assert_eq!(
+            health::check(c.client_addr(i), Duration::from_secs(3)),
+            health::Health::Healthy
+        );
+    }
+    println!("[upgrade] refused: {f}");
+}
+
+#[test]
+fn a_3_6_release_over_a_3_5_30_member_passes_the_minimum_and_the_stub_is_rolled_back() {
+    // 3.5.30 (Debian's newest here) is over the minimum: the rules let it through, the
+    // road runs to the swap, and the stub 3.6 `etcd`, which cannot run, is rolled back.
+    // That a real 3.6 comes up is not shown: no 3.6 build can be fetched here.
+    let mut c = Cluster::start("3.5.30", 1, "upg-min-ok");
+    let nodes = adopt(&mut c, "3.5.30");
+    let (install, svc) = &nodes[0];
+    let n = node(&c, 0, install);
+    let (release, new) = stub_3_6(c.dir(), install);
+    let installed = v("3.5.30");
+    let client = n.client(c.client_urls());
+    let view = upgrade::survey(&client, &n).unwrap();
+    rules::cluster(&view, installed, new).unwrap();
+    let lock = upgrade::take_turn(&client, &n, installed, new, WAIT, WAIT, &mut |_| {}).unwrap();
+    let told = Told {
+        inner: svc,
+        seen: Mutex::new(Vec::new()),
+    };
+    let f = upgrade::swap(
+        &told,
+        &release,
+        install,
+        c.client_addr(0),
+        new,
+        installed,
+        Duration::from_secs(10),
+        &mut |_| {},
+    )
+    .unwrap_err();
+    drop(lock);
+    assert_eq!(f.code, ReasonCode::UpgradeRolledBack, "{f}");
+    assert!(f.message.contains("etcd 3.6.5 did not come up"), "{f}");
+    assert_eq!(
+        health::server_version(c.client_addr(0), Duration::from_secs(3)).unwrap(),
+        "3.5.30"
+    );
+    // Each start was told the release it runs, so etcd's environment fits it: the stub
+    // 3.6 with 3.6's feature gates, the 3.5.30 put back with 3.5's flags.
+    let seen = told.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            "stop",
+            "release 3.6.5",
+            "start",
+            "stop",
+            "release 3.5.30",
+            "start"
+        ],
+        "{seen:?}"
+    );
+}
+
+/// A [`Service`] that says what it was asked, in order.
+struct Told<'a> {
+    inner: &'a ChildEtcd,
+    seen: Mutex<Vec<String>>,
+}
+
+impl Service for Told<'_> {
+    fn stop(&self) -> Result<(), Failure> {
+        self.seen.lock().unwrap().push("stop".into());
+        self.inner.stop()
+    }
+    fn start(&self) -> Result<(), Failure> {
+        self.seen.lock().unwrap().push("start".into());
+        self.inner.start()
+    }
+    fn set_release(&self, release: Version) {
+        self.seen.lock().unwrap().push(format!("release {release}"));
+    }
 }

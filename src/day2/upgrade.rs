@@ -211,6 +211,11 @@ fn upgrade(
     for line in advisory::gate(&release.version, settings.refuse_known_bad)? {
         eprintln!("etcd-setup upgrade: warning: {line}");
     }
+    // What the running release's advisories say about this step (the refusal, if any,
+    // is the rule table's).
+    for line in advisory::before_step(installed, new) {
+        eprintln!("etcd-setup upgrade: note: {line}");
+    }
     if rules::versions(installed, new)? == Step::Nothing {
         record.set(
             UpgradePhase::Done,
@@ -483,12 +488,14 @@ pub fn swap(
     // etcd is down from here: every way out starts it again.
     if let Err(f) = beside::keep_previous(install_dir) {
         // Nothing was replaced yet (an older keep, if any, is not this release).
+        service.set_release(old);
         let _ = service.start();
         return Err(f);
     }
     if let Err(f) = install::install_binaries(release, install_dir) {
         // Some binaries may be new already: the kept ones go back first.
         let back = beside::rollback(install_dir);
+        service.set_release(old);
         let _ = service.start();
         return Err(match back {
             Ok(()) => f,
@@ -504,6 +511,9 @@ pub fn swap(
     }
     phase(UpgradePhase::Restarting);
     let stopped_at = Instant::now();
+    // etcd's environment is rendered for the release started: the new one here, the old
+    // one again if it is put back.
+    service.set_release(new);
     let up = service.start().and_then(|()| {
         phase(UpgradePhase::Confirming);
         confirm(metrics, new, wait)
@@ -521,6 +531,7 @@ pub fn swap(
     phase(UpgradePhase::RollingBack);
     let _ = service.stop();
     beside::rollback(install_dir)?;
+    service.set_release(old);
     let back = service.start().and_then(|()| confirm(metrics, old, wait));
     phase(UpgradePhase::RolledBack);
     match back {

@@ -128,6 +128,11 @@ fn check_text(path: &Path, outcome: &Result<Validated, Failure>) -> String {
             for line in advisory::lines(&x.version) {
                 text.push_str(&format!("{shown}: warning: {}\n", printable::line(&line)));
             }
+            // Notes (src/shared/advisories.toml): below etcd's production minimum, only
+            // with etcd's authentication on, or on the way to the next minor release.
+            for line in advisory::note_lines(&x.version) {
+                text.push_str(&format!("{shown}: note: {}\n", printable::line(&line)));
+            }
             text
         }
         Err(f) => {
@@ -183,6 +188,8 @@ struct CheckedRelease {
     unpacked_bytes: u64,
     entries: u64,
     advisories: Vec<AdvisoryRecord>,
+    /// The notes of the same data file (`advisory::note_records`).
+    notes: Vec<AdvisoryRecord>,
 }
 
 /// Why a path failed.
@@ -221,6 +228,7 @@ fn check_json(path: &Path, outcome: &Result<Validated, Failure>) -> CheckResult 
                     unpacked_bytes: x.unpacked_bytes,
                     entries: x.entries,
                     advisories: advisory::records(&x.version),
+                    notes: advisory::note_records(&x.version),
                 }),
                 reason: None,
             }

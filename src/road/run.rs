@@ -300,6 +300,10 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     });
 
     let etcd = Etcd::connect(settings)?;
+    // etcd's environment is rendered for the release installed here.
+    if let Some(v) = crate::shared::advisory::Version::parse(&release.version) {
+        crate::shared::service::Service::set_release(&etcd, v);
+    }
     // A previous run may have left an etcd from another release running: stop it before
     // its binary is replaced (a fresh node has no etcd unit, so nothing happens).
     if Path::new(unit::UNIT_FILE).exists() {

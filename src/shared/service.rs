@@ -77,6 +77,12 @@ pub trait Service {
         let _ = flags;
         self.start()
     }
+    /// The etcd release the next start runs (`upgrade` before starting the new binaries
+    /// and again before starting the old ones put back): its environment is rendered for
+    /// that release ([`unit::FLAGS_BY_RELEASE`]). The default ignores it.
+    fn set_release(&self, release: Version) {
+        let _ = release;
+    }
 }
 
 /// The caller stops and starts etcd itself (`restore --no-systemd`).
@@ -123,6 +129,9 @@ impl<H> Service for HeldBetween<'_, H> {
         let r = self.inner.start_once(flags);
         self.held.borrow_mut().take();
         r
+    }
+    fn set_release(&self, release: Version) {
+        self.inner.set_release(release);
     }
 }
 
@@ -180,20 +189,39 @@ pub fn prepare(
     members: &Members,
     flags: &[OneShot],
 ) -> Result<OnceFile, Failure> {
+    prepare_for(settings, files, members, flags, None)
+}
+
+/// [`prepare`] for the etcd release about to start: the environment's release-dependent
+/// flags are that release's; `None` keeps the release the current environment file names
+/// (the same binaries starting again), else the flags every release before 3.6 takes.
+pub fn prepare_for(
+    settings: &Settings,
+    files: &EnvFiles,
+    members: &Members,
+    flags: &[OneShot],
+    release: Option<Version>,
+) -> Result<OnceFile, Failure> {
     // A flag nobody removed is not this start's.
     match std::fs::remove_file(&files.once) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(Failure::io(&files.once, "cannot remove", e)),
     }
+    let current = std::fs::read_to_string(&files.env).ok();
     let membership = match members {
         Members::Set(m) => m.clone(),
-        Members::Keep => std::fs::read_to_string(&files.env)
-            .ok()
-            .and_then(|t| Membership::from_env(&t))
+        Members::Keep => current
+            .as_deref()
+            .and_then(Membership::from_env)
             .unwrap_or_else(|| Membership::configured(settings)),
     };
-    write_root_file(&files.env, &unit::render_env(settings, &membership), 0o644)?;
+    let release = release.or_else(|| current.as_deref().and_then(unit::release_of_env));
+    write_root_file(
+        &files.env,
+        &unit::render_env_for(settings, &membership, release),
+        0o644,
+    )?;
     if flags.is_empty() {
         return Ok(OnceFile {
             path: None,
@@ -237,6 +265,8 @@ pub struct Etcd {
     sd: Arc<Systemd>,
     settings: Settings,
     files: EnvFiles,
+    /// The release the next start runs, when the caller knows it ([`Service::set_release`]).
+    release: std::sync::Mutex<Option<Version>>,
 }
 
 impl Etcd {
@@ -255,6 +285,7 @@ impl Etcd {
             sd,
             settings: settings.clone(),
             files,
+            release: std::sync::Mutex::new(None),
         }
     }
 
@@ -297,7 +328,8 @@ impl Etcd {
         flags: &[OneShot],
         tick: &mut dyn FnMut(Duration),
     ) -> Result<(), Failure> {
-        let once = prepare(&self.settings, &self.files, members, flags)?;
+        let release = self.release.lock().map_or(None, |r| *r);
+        let once = prepare_for(&self.settings, &self.files, members, flags, release)?;
         // A unit that hit its start limit in an earlier run would refuse to start at once.
         self.sd.reset_failed(ETCD_UNIT)?;
         let limit = self.settings.start_timeout + START_MARGIN;
@@ -392,6 +424,12 @@ impl Service for Etcd {
             Members::Keep
         };
         self.start_with(&members, flags, &mut |_| {})
+    }
+
+    fn set_release(&self, release: Version) {
+        if let Ok(mut r) = self.release.lock() {
+            *r = Some(release);
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 //! path, no newline inside a value, no file where the sandbox hides it, a start timeout
 //! of at least a second) is checked by `config`, before the run waits for anything.
 
+use crate::shared::advisory::Version;
 use crate::shared::config::{ClusterState, Settings, TlsFiles};
 use crate::shared::member::ThisMember;
 
@@ -159,10 +160,67 @@ fn unquote_env(quoted: &str) -> String {
     out
 }
 
+/// The flags that differ between etcd releases, as `ETCD_*` variables: the first row whose
+/// release is at most the one started applies. One table, newest first.
+///
+/// The corruption checks: before serving (`--experimental-initial-corrupt-check`, 3.4 and
+/// 3.5) and after every compaction (`--experimental-compact-hash-check-enabled`, 3.5.5 and
+/// later; 3.5.1 logs "unrecognized environment variable" and starts as usual). 3.6 turns
+/// both into feature gates (`--feature-gates=InitialCorruptCheck=true,CompactHashCheck=true`;
+/// etcd.io/docs/v3.6/feature-gates: the experimental fields are "Deprecated: Use
+/// InitialCorruptCheck Feature Gate instead. Will be decommissioned in v3.7").
+pub const FLAGS_BY_RELEASE: &[(Version, &[(&str, &str)])] = &[
+    (
+        Version::new(3, 6, 0),
+        &[(
+            "ETCD_FEATURE_GATES",
+            "InitialCorruptCheck=true,CompactHashCheck=true",
+        )],
+    ),
+    (
+        Version::new(3, 5, 0),
+        &[
+            ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true"),
+            ("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", "true"),
+        ],
+    ),
+    (
+        Version::new(3, 4, 0),
+        &[("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true")],
+    ),
+];
+
+/// The release-dependent variables for `release`; an unknown release (`None`) gets the
+/// 3.5 row plus nothing newer, which 3.4 and 3.5 both start with.
+pub fn release_flags(release: Option<Version>) -> &'static [(&'static str, &'static str)] {
+    let v = release.unwrap_or(Version::new(3, 5, 0));
+    FLAGS_BY_RELEASE
+        .iter()
+        .find(|(from, _)| *from <= v)
+        .or_else(|| FLAGS_BY_RELEASE.last())
+        .map_or(&[], |(_, flags)| *flags)
+}
+
+/// The header line of an environment file naming the release it was rendered for.
+const RELEASE_LINE: &str = "# release: ";
+
+/// The release an environment file was rendered for, from its header.
+pub fn release_of_env(text: &str) -> Option<Version> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(RELEASE_LINE))
+        .and_then(Version::parse)
+}
+
 /// Renders the environment file for [`ENV_FILE`]: one `ETCD_*=value` line per setting
 /// etcd reads, every value double-quoted for systemd's `EnvironmentFile=` syntax (which a
-/// POSIX shell reads the same way).
+/// POSIX shell reads the same way). The release is not known: see [`render_env_for`].
 pub fn render_env(s: &Settings, membership: &Membership) -> String {
+    render_env_for(s, membership, None)
+}
+
+/// [`render_env`] for the etcd release about to start ([`FLAGS_BY_RELEASE`]); the file
+/// names that release in its header, so a later start of the same binaries renders alike.
+pub fn render_env_for(s: &Settings, membership: &Membership, release: Option<Version>) -> String {
     let member = ThisMember::of(s);
     let mut vars: Vec<(&str, String)> = vec![
         ("ETCD_NAME", s.node_name.clone()),
@@ -186,15 +244,12 @@ pub fn render_env(s: &Settings, membership: &Membership) -> String {
             "ETCD_QUOTA_BACKEND_BYTES",
             s.data.quota_backend_bytes.to_string(),
         ),
-        // Corruption checks: before serving (3.4 and 3.5) and after every compaction
-        // (3.5.5 and later; 3.4.23 and 3.5.1 log "unrecognized environment variable"
-        // and start as usual; tests/upkeep.rs starts each with these lines).
-        ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true".into()),
-        (
-            "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED",
-            "true".into(),
-        ),
     ];
+    // Corruption checks, as the release started spells them (tests/upkeep.rs starts 3.4.23
+    // and 3.5.1 with the 3.5 lines; the unknown release gets those).
+    for (key, value) in release_flags(release) {
+        vars.push((key, (*value).to_string()));
+    }
     let tls = [
         (
             &s.tls.client,
@@ -234,6 +289,9 @@ pub fn render_env(s: &Settings, membership: &Membership) -> String {
          # Rewritten at every run of etcd-setup from its configuration.\n",
         crate::VERSION
     );
+    if let Some(v) = release {
+        out.push_str(&format!("{RELEASE_LINE}{v}\n"));
+    }
     for (key, value) in &vars {
         out.push_str(&format!("{key}={}\n", quote_env(value)));
     }
@@ -481,6 +539,61 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
                 "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED=\"true\"",
             ]
         );
+    }
+
+    /// Issue 23 item 3: the corruption checks as each release spells them, from the one
+    /// table. No etcd 3.6 build can be fetched here: 3.6.5 is a version number only.
+    #[test]
+    fn env_renders_the_corruption_checks_for_the_release_it_starts() {
+        let s = params();
+        let m = Membership::configured(&s);
+        let flags = |v: &str| -> Vec<String> {
+            render_env_for(&s, &m, Version::parse(v))
+                .lines()
+                .filter(|l| l.starts_with("ETCD_EXPERIMENTAL_") || l.starts_with("ETCD_FEATURE"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(
+            flags("3.4.23"),
+            ["ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=\"true\""]
+        );
+        let v35 = [
+            "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=\"true\"",
+            "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED=\"true\"",
+        ];
+        assert_eq!(flags("3.5.16"), v35);
+        assert_eq!(flags("3.5.30"), v35);
+        let v36 = ["ETCD_FEATURE_GATES=\"InitialCorruptCheck=true,CompactHashCheck=true\""];
+        assert_eq!(flags("3.6.5"), v36);
+        assert_eq!(
+            flags("3.7.0"),
+            v36,
+            "the newest row holds for later releases"
+        );
+        // The file names its release, read back for a later start of the same binaries.
+        let text = render_env_for(&s, &m, Version::parse("3.6.5"));
+        assert!(text.contains("\n# release: 3.6.5\n"), "{text}");
+        assert_eq!(release_of_env(&text), Version::parse("3.6.5"));
+        // Everything else is the same whatever the release.
+        let rest = |t: String| -> Vec<String> {
+            t.lines()
+                .filter(|l| {
+                    !l.starts_with('#')
+                        && !l.contains("CORRUPT")
+                        && !l.contains("HASH")
+                        && !l.starts_with("ETCD_FEATURE")
+                })
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(
+            rest(render_env_for(&s, &m, Version::parse("3.4.23"))),
+            rest(render_env_for(&s, &m, Version::parse("3.6.5")))
+        );
+        // Unknown: the lines 3.4 and 3.5 both start with, no release header.
+        assert_eq!(render_env(&s, &m), render_env_for(&s, &m, None));
+        assert_eq!(release_of_env(&render_env(&s, &m)), None);
     }
 
     #[test]

@@ -1,7 +1,17 @@
 //! The upgrade's rules, as etcd's upgrade guides state them: one minor version at a time,
-//! never down; every member healthy; no two-member cluster (one member down is a lost
+//! never down; into a minor only from the minimum patch etcd's guide for that step names
+//! ([`MINIMUMS`]); every member healthy; no two-member cluster (one member down is a lost
 //! quorum); no member on a third release (another upgrade half done). Pure functions over
 //! what the cluster survey saw, so every rule is unit-tested without etcd.
+//!
+//! | rule | code | function |
+//! | --- | --- | --- |
+//! | never down | `upgrade-downgrade` | [`versions`] |
+//! | one minor at a time, never another major | `upgrade-too-far` | [`versions`] |
+//! | every member at the step's minimum patch ([`MINIMUMS`]) | `upgrade-below-minimum` | [`minimum`] |
+//! | more than two members | `upgrade-two-members` | [`cluster`] |
+//! | every member healthy | `upgrade-unhealthy` | [`cluster`] |
+//! | no member on a third release | `upgrade-in-progress` | [`cluster`] |
 
 pub use crate::cluster::lifecycle::survey::MemberView;
 use crate::reason::{Failure, ReasonCode};
@@ -14,6 +24,81 @@ pub enum Step {
     Nothing,
     /// Upgrade from the installed release to the new one.
     Upgrade,
+}
+
+/// One minor step that etcd's guide lets start only from a minimum patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Minimum {
+    /// The minor moved from (`major.minor`, the patch ignored).
+    pub from: (u32, u32),
+    /// The minor moved to.
+    pub to: (u32, u32),
+    /// The lowest release of `from` every member must run before the step.
+    pub at_least: Version,
+    /// Why, and where etcd says so.
+    pub source: &'static str,
+}
+
+/// The minimum patches, one row per minor step that has one.
+///
+/// 3.5 → 3.6: etcd's upgrade guide (etcd.io/docs/latest/upgrades/upgrade_3_6, "Update
+/// 3.5") has raised the minimum over time: 3.5.20 first (the "too many learner member"
+/// failure, etcd-io/etcd#19557, fixed by #19563; etcd's blog "How to Prevent a Common
+/// Failure when Upgrading etcd v3.5 to v3.6"), then 3.5.26 ("make sure that all of your
+/// 3.5 members are updated to 3.5.26 or later. Patch releases 3.5.24 through 3.5.26 fix
+/// several potential upgrade blockers"; etcd's blog "zombie members" of December 2025:
+/// "if v3.5.26 is not available from your packaging source or vendor, you should delay
+/// upgrading to v3.6"). A k3s discussion (k3s-io/k3s discussions 14908, 2026) reports a
+/// later guide asking for 3.5.32; no etcd text stating that could be read here, so the
+/// row follows the newest statement of etcd's own that could: raise it here when etcd does.
+pub const MINIMUMS: &[Minimum] = &[Minimum {
+    from: (3, 5),
+    to: (3, 6),
+    at_least: Version::new(3, 5, 26),
+    source:
+        "etcd's 3.5 -> 3.6 upgrade guide (etcd.io/docs/latest/upgrades/upgrade_3_6, \"Update 3.5\")",
+}];
+
+/// The minimum `installed` → `new` needs, if the step has one.
+pub fn minimum_for(installed: Version, new: Version) -> Option<&'static Minimum> {
+    MINIMUMS
+        .iter()
+        .find(|m| (installed.major, installed.minor) == m.from && (new.major, new.minor) == m.to)
+}
+
+/// Every member not yet on `new` runs at least the step's minimum patch
+/// (`upgrade-below-minimum` names those below it, and the patch upgrade to take first).
+pub fn minimum(members: &[MemberView], installed: Version, new: Version) -> Result<(), Failure> {
+    let Some(min) = minimum_for(installed, new) else {
+        return Ok(());
+    };
+    let below: Vec<String> = members
+        .iter()
+        .filter_map(|m| {
+            let v = m.version?;
+            ((v.major, v.minor) == min.from && v < min.at_least)
+                .then(|| format!("{} runs {v}", m.name))
+        })
+        .collect();
+    if below.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::new(
+        ReasonCode::UpgradeBelowMinimum,
+        format!(
+            "etcd {}.{} -> {new} needs every member on {} or later first ({}): {}; upgrade \
+             every member to the newest {}.{} patch first (attach an ISO with {} or later and \
+             run etcd-setup upgrade on each member), then to {new}",
+            min.from.0,
+            min.from.1,
+            min.at_least,
+            min.source,
+            below.join(", "),
+            min.from.0,
+            min.from.1,
+            min.at_least,
+        ),
+    ))
 }
 
 /// The step from `installed` to `new`: refuses a downgrade (`upgrade-downgrade`) and a
@@ -47,7 +132,8 @@ pub fn versions(installed: Version, new: Version) -> Result<Step, Failure> {
 
 /// The cluster allows this member to move from `installed` to `new`: more than two
 /// members (`upgrade-two-members`), every one healthy (`upgrade-unhealthy`), each on
-/// `installed` or `new` (`upgrade-in-progress` otherwise).
+/// `installed` or `new` (`upgrade-in-progress` otherwise), every one at the step's
+/// minimum patch ([`minimum`]).
 pub fn cluster(members: &[MemberView], installed: Version, new: Version) -> Result<(), Failure> {
     if members.len() == 2 {
         return Err(Failure::new(
@@ -90,7 +176,7 @@ pub fn cluster(members: &[MemberView], installed: Version, new: Version) -> Resu
             ),
         ));
     }
-    Ok(())
+    minimum(members, installed, new)
 }
 
 /// Whether this member must wait for its turn as the leader: it leads and another member
@@ -184,6 +270,80 @@ mod tests {
         assert!(f.message.contains("b runs 3.5.30"), "{f}");
         // One member: nothing to be kept up, a restart is the upgrade.
         cluster(&[member("a", "3.4.23", true, true)], old, new).unwrap();
+    }
+
+    #[test]
+    fn rule_never_down() {
+        assert_eq!(
+            versions(v("3.6.0"), v("3.5.30")).unwrap_err().code,
+            ReasonCode::UpgradeDowngrade
+        );
+    }
+
+    #[test]
+    fn rule_one_minor_at_a_time() {
+        assert_eq!(versions(v("3.5.26"), v("3.6.5")).unwrap(), Step::Upgrade);
+        assert_eq!(
+            versions(v("3.4.23"), v("3.6.5")).unwrap_err().code,
+            ReasonCode::UpgradeTooFar
+        );
+    }
+
+    #[test]
+    fn rule_3_5_to_3_6_needs_every_member_on_the_minimum_patch() {
+        let (min, new) = (v("3.5.26"), v("3.6.5"));
+        assert_eq!(minimum_for(v("3.5.16"), new).unwrap().at_least, min);
+        assert!(
+            minimum_for(v("3.4.23"), v("3.5.16")).is_none(),
+            "3.4 -> 3.5 has none"
+        );
+        assert!(
+            minimum_for(v("3.5.16"), v("3.5.30")).is_none(),
+            "a patch step has none"
+        );
+        // All three below: refused, each named, the minimum and the step to take first said.
+        let mut ms = vec![
+            member("a", "3.5.16", true, true),
+            member("b", "3.5.16", false, false),
+            member("c", "3.5.16", false, false),
+        ];
+        let f = cluster(&ms, v("3.5.16"), new).unwrap_err();
+        assert_eq!(f.code, ReasonCode::UpgradeBelowMinimum);
+        for s in [
+            "a runs 3.5.16",
+            "b runs 3.5.16",
+            "c runs 3.5.16",
+            "3.5.26 or later",
+        ] {
+            assert!(f.message.contains(s), "{s}: {f}");
+        }
+        assert!(f.message.contains("newest 3.5 patch first"), "{f}");
+        assert!(f.message.contains("upgrade_3_6"), "{f}");
+        // Exactly the minimum and above: allowed; a member already on 3.6 is not below.
+        for m in &mut ms {
+            m.version = Some(min);
+        }
+        cluster(&ms, min, new).unwrap();
+        ms[1].version = Some(new);
+        cluster(&ms, min, new).unwrap();
+        for m in &mut ms {
+            m.version = Some(v("3.5.30"));
+        }
+        cluster(&ms, v("3.5.30"), new).unwrap();
+        // One member just below, the others over: that one alone is named.
+        ms[2].version = Some(v("3.5.25"));
+        let f = minimum(&ms, v("3.5.30"), new).unwrap_err();
+        assert_eq!(f.code, ReasonCode::UpgradeBelowMinimum);
+        assert!(f.message.contains("c runs 3.5.25"), "{f}");
+        assert!(!f.message.contains("a runs"), "{f}");
+        // The rule is the 3.5 -> 3.6 step's: 3.4 -> 3.5 and patch steps pass it.
+        minimum(
+            &[member("a", "3.4.23", true, true)],
+            v("3.4.23"),
+            v("3.5.16"),
+        )
+        .unwrap();
+        minimum(&[member("a", "3.5.1", true, true)], v("3.5.1"), v("3.5.30")).unwrap();
     }
 
     #[test]

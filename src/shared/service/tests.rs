@@ -164,3 +164,34 @@ fn the_unit_removes_the_one_shot_file_after_its_start_and_reads_it_optionally() 
         Some(Path::new(crate::shared::report::RUN_DIR))
     );
 }
+
+/// Issue 23 item 3: a start for a known release renders that release's flags and names it;
+/// a later start that does not say (a restart of the same binaries) keeps it.
+#[test]
+fn the_environment_fits_the_release_started_and_a_later_start_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, f) = (settings(), files(dir.path()));
+    let v36 = crate::shared::advisory::Version::parse("3.6.5");
+    drop(prepare_for(&s, &f, &Members::Keep, &[], v36).unwrap());
+    let env = std::fs::read_to_string(&f.env).unwrap();
+    assert!(
+        env.contains("ETCD_FEATURE_GATES=\"InitialCorruptCheck=true,CompactHashCheck=true\""),
+        "{env}"
+    );
+    assert!(!env.contains("ETCD_EXPERIMENTAL_"), "{env}");
+    drop(prepare(&s, &f, &Members::Keep, &[]).unwrap());
+    assert_eq!(
+        std::fs::read_to_string(&f.env).unwrap(),
+        env,
+        "kept for the same binaries"
+    );
+    // Put back to 3.5.30 (an upgrade's rollback): the 3.5 spelling again.
+    let v35 = crate::shared::advisory::Version::parse("3.5.30");
+    drop(prepare_for(&s, &f, &Members::Keep, &[], v35).unwrap());
+    let env = std::fs::read_to_string(&f.env).unwrap();
+    assert!(
+        env.contains("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED=\"true\""),
+        "{env}"
+    );
+    assert!(!env.contains("ETCD_FEATURE_GATES"), "{env}");
+}
