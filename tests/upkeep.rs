@@ -591,14 +591,12 @@ fn corruption_check_variables_start_every_release() {
     for (version, knows_hash_check) in [("3.4.23", false), ("3.5.1", false), ("3.5.16", true)] {
         let bin = support::etcd::release(version).join("etcd");
         let dir = scratch();
-        let port = |_: ()| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        };
-        let (cp, pp) = (port(()), port(()));
+        // Two free ports, both listeners held until both are known: one released before
+        // the other is bound may come back as the same port (seen once under load: etcd
+        // then fails to bind its second listener).
+        let bound = [(); 2].map(|()| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let [cp, pp] = bound.each_ref().map(|l| l.local_addr().unwrap().port());
+        drop(bound);
         let mut child = Command::new(&bin)
             .env_clear()
             .env("ETCD_DATA_DIR", dir.path().join("d"))
