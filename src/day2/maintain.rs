@@ -241,13 +241,26 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
             ),
         ));
     }
-    let seen = members(&node)?;
-    if alarms.iter().any(|a| a.kind == AlarmKind::NoSpace) {
-        return recover_nospace(s, &node, &own, seen);
-    }
-    if !seen.iter().any(|m| needs_defrag(s, m)) {
-        print_nothing(s, &seen);
-        return Ok(Done::default());
+    // A member another node's maintenance is defragmenting answers late: that alone is
+    // no reason to give up before the lock; the survey under the lock decides.
+    let seen = match members(&node) {
+        Ok(seen) => Some(seen),
+        Err(f) if f.code == ReasonCode::ClusterUnhealthy => {
+            if alarms.iter().any(|a| a.kind == AlarmKind::NoSpace) {
+                return Err(f);
+            }
+            None
+        }
+        Err(f) => return Err(f),
+    };
+    if let Some(seen) = seen {
+        if alarms.iter().any(|a| a.kind == AlarmKind::NoSpace) {
+            return recover_nospace(s, &node, &own, seen);
+        }
+        if !seen.iter().any(|m| needs_defrag(s, m)) {
+            print_nothing(s, &seen);
+            return Ok(Done::default());
+        }
     }
     let cfg = &s.data.maintain;
     let mut lock = own
