@@ -22,37 +22,7 @@ fn scratch() -> tempfile::TempDir {
 /// A configuration for member `i` of `c`, its files under `dir`, with `metrics` as its
 /// metrics port.
 fn config(c: &Cluster, i: usize, dir: &Path, metrics: u16) -> PathBuf {
-    let text = format!(
-        r#"[node]
-name = "{name}"
-ip = "{ip}"
-
-[etcd]
-initial_cluster = "{initial}"
-cluster_token = "{token}"
-data_dir = "{dir}/data"
-client_port = {client}
-peer_port = {peer}
-metrics_port = {metrics}
-
-[install]
-dir = "{bin}"
-
-[report]
-failure_file = "{dir}/failed"
-"#,
-        name = c.members[i].name,
-        ip = c.members[i].ip,
-        initial = c.initial_cluster_arg(),
-        token = c.token,
-        dir = dir.display(),
-        client = c.client_port,
-        peer = c.peer_port,
-        bin = c.bin.display(),
-    );
-    let path = dir.join(format!("config-{i}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
+    c.config_file(i, dir, &format!("metrics_port = {metrics}"), "")
 }
 
 /// A configuration of a lone node that needs no etcd (for steps before etcd is asked).

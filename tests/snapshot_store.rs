@@ -19,41 +19,7 @@ fn scratch() -> tempfile::TempDir {
 /// A configuration for member `i` of `c`, its files under `dir`, `snapshot` the lines of
 /// its `[snapshot]` table.
 fn config(c: &Cluster, i: usize, dir: &Path, snapshot: &str) -> PathBuf {
-    let text = format!(
-        r#"[node]
-name = "{name}"
-ip = "{ip}"
-
-[etcd]
-initial_cluster = "{initial}"
-cluster_token = "{token}"
-data_dir = "{dir}/data"
-client_port = {client}
-peer_port = {peer}
-metrics_port = {metrics}
-
-[install]
-dir = "{bin}"
-
-[report]
-failure_file = "{dir}/failed"
-
-[snapshot]
-{snapshot}
-"#,
-        name = c.members[i].name,
-        ip = c.members[i].ip,
-        initial = c.initial_cluster_arg(),
-        token = c.token,
-        dir = dir.display(),
-        client = c.client_port,
-        peer = c.peer_port,
-        metrics = c.peer_port.wrapping_add(1).max(1024),
-        bin = c.bin.display(),
-    );
-    let path = dir.join(format!("config-{i}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
+    c.config_file(i, dir, "", &format!("[snapshot]\n{snapshot}"))
 }
 
 fn snapshot_cmd(cfg: &Path, state: &Path) -> Command {

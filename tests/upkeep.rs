@@ -27,40 +27,7 @@ fn config(c: &Cluster, i: usize, dir: &Path, extra: &str) -> PathBuf {
 
 /// [`config`] with `etcd_lines` added to its `[etcd]` table.
 fn config_with(c: &Cluster, i: usize, dir: &Path, etcd_lines: &str, extra: &str) -> PathBuf {
-    let text = format!(
-        r#"[node]
-name = "{name}"
-ip = "{ip}"
-
-[etcd]
-initial_cluster = "{initial}"
-cluster_token = "{token}"
-data_dir = "{dir}/data"
-client_port = {client}
-peer_port = {peer}
-metrics_port = {metrics}
-{etcd_lines}
-[install]
-dir = "{bin}"
-
-[report]
-failure_file = "{dir}/failed"
-
-{extra}
-"#,
-        name = c.members[i].name,
-        ip = c.members[i].ip,
-        initial = c.initial_cluster_arg(),
-        token = c.token,
-        dir = dir.display(),
-        client = c.client_port,
-        peer = c.peer_port,
-        metrics = c.peer_port.wrapping_add(1).max(1024),
-        bin = c.bin.display(),
-    );
-    let path = dir.join(format!("config-{i}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
+    c.config_file(i, dir, etcd_lines, extra)
 }
 
 fn run(args: &[&str]) -> Output {

@@ -251,6 +251,53 @@ impl Cluster {
             .join(",")
     }
 
+    /// An etcd-setup configuration for member `i`, its files under `dir`, written to
+    /// `dir/config-I.toml`: `etcd_lines` are added to its `[etcd]` table (a
+    /// `metrics_port` there replaces the default, the peer port + 1) and `extra` is
+    /// appended (whole tables). The one writer the day-2 host tests share.
+    pub fn config_file(&self, i: usize, dir: &Path, etcd_lines: &str, extra: &str) -> PathBuf {
+        let metrics = if etcd_lines.contains("metrics_port") {
+            String::new()
+        } else {
+            format!(
+                "metrics_port = {}\n",
+                self.peer_port.wrapping_add(1).max(1024)
+            )
+        };
+        let text = format!(
+            r#"[node]
+name = "{name}"
+ip = "{ip}"
+
+[etcd]
+initial_cluster = "{initial}"
+cluster_token = "{token}"
+data_dir = "{dir}/data"
+client_port = {client}
+peer_port = {peer}
+{metrics}{etcd_lines}
+[install]
+dir = "{bin}"
+
+[report]
+failure_file = "{dir}/failed"
+
+{extra}
+"#,
+            name = self.members[i].name,
+            ip = self.members[i].ip,
+            initial = self.initial_cluster_arg(),
+            token = self.token,
+            dir = dir.display(),
+            client = self.client_port,
+            peer = self.peer_port,
+            bin = self.bin.display(),
+        );
+        let path = dir.join(format!("config-{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     /// The release's etcdctl.
     pub fn etcdctl(&self) -> PathBuf {
         self.bin.join("etcdctl")
