@@ -376,7 +376,15 @@ pub struct VmSpec {
     pub network_config: Option<String>,
     /// Extra qemu arguments (for example a second NIC).
     pub extra_args: Vec<String>,
+    /// Host services the guest may reach, as (guest port, host port): the guest connects
+    /// to [`HOST_SERVICES`]`:GUEST_PORT` and qemu's user-mode network carries it to
+    /// 127.0.0.1:HOST_PORT (guestfwd; `restrict=on` keeps everything else out). For an
+    /// S3 store on the host's loopback, for example.
+    pub guest_forwards: Vec<(u16, u16)>,
 }
+
+/// The address at which a guest reaches the host services of [`VmSpec::guest_forwards`].
+pub const HOST_SERVICES: &str = "10.0.2.100";
 
 /// The MAC of every VM's first NIC (user-mode networking, SSH).
 pub const NAT_MAC: &str = "52:54:00:12:34:56";
@@ -393,6 +401,7 @@ impl VmSpec {
             cpus: 2,
             network_config: None,
             extra_args: Vec::new(),
+            guest_forwards: Vec::new(),
         }
     }
 }
@@ -486,7 +495,13 @@ impl Vm {
             .args(["-device", "ide-cd,drive=seed,id=cdrom1,bus=ide.1,unit=1"])
             .arg("-netdev")
             .arg(format!(
-                "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"
+                "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22{}",
+                spec.guest_forwards
+                    .iter()
+                    .map(|(guest, host)| {
+                        format!(",guestfwd=tcp:{HOST_SERVICES}:{guest}-tcp:127.0.0.1:{host}")
+                    })
+                    .collect::<String>()
             ))
             .args([
                 "-device",
