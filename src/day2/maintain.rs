@@ -60,13 +60,22 @@ fn unix_ms() -> u128 {
 /// Every started member with its status, from the one survey of this member's list; a
 /// member that does not answer makes the cluster unhealthy.
 pub fn members(node: &Node) -> Result<Vec<MemberView>, Failure> {
+    one_round(node).map_err(|(f, _)| f)
+}
+
+/// [`members`], and on failure the client URL of the member that did not answer, if
+/// that is why.
+fn one_round(node: &Node) -> Result<Vec<MemberView>, (Failure, Option<String>)> {
     let seen = survey::survey(node, node.own_client_url().into_iter().collect(), &[]);
     if seen.list().is_none() {
-        return Err(unhealthy(format!(
-            "cannot list the members: {}",
-            seen.list_error()
-                .map_or_else(|| "no client URL to ask".to_string(), |e| e.to_string())
-        )));
+        return Err((
+            unhealthy(format!(
+                "cannot list the members: {}",
+                seen.list_error()
+                    .map_or_else(|| "no client URL to ask".to_string(), |e| e.to_string())
+            )),
+            None,
+        ));
     }
     let mut out = Vec::new();
     for m in seen.view(node) {
@@ -90,20 +99,66 @@ pub fn members(node: &Node) -> Result<Vec<MemberView>, Failure> {
                 )
                 .to_string(),
             };
-            return Err(unhealthy(format!(
-                "member {} at {} does not answer: {why}",
-                m.name, m.endpoint
-            )));
+            return Err((
+                unhealthy(format!(
+                    "member {} at {} does not answer: {why}",
+                    m.name, m.endpoint
+                )),
+                Some(m.endpoint.clone()),
+            ));
         };
         if status.leader.0 == 0 {
-            return Err(unhealthy(format!(
-                "member {} at {} has no leader",
-                m.name, m.endpoint
-            )));
+            return Err((
+                unhealthy(format!("member {} at {} has no leader", m.name, m.endpoint)),
+                None,
+            ));
         }
         out.push(m);
     }
     Ok(out)
+}
+
+/// Whether something accepts TCP connections at client URL `url` (`scheme://host:port`):
+/// an etcd that runs but answers late does (the kernel accepts for a stalled process), a
+/// stopped one does not.
+fn listens(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let hostport = rest.split('/').next().unwrap_or_default();
+    let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(hostport) else {
+        return false;
+    };
+    addrs
+        .into_iter()
+        .any(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok())
+}
+
+/// [`members`] under the cluster lock, where the survey decides: a member that is late
+/// (it accepts connections but its answer did not come within etcdctl's bounds: a guest
+/// starved of CPU while three nodes' maintenances survey at once, a member still busy
+/// with a defragmentation of a NOSPACE recovery, which takes no lock) is asked again,
+/// for at most `patience` (`maintain.defrag_timeout`, the longest a member may be busy
+/// with one defragmentation). One that refuses connections (etcd down), has no leader,
+/// or no list at all fails at once, as before.
+fn members_answering(node: &Node, patience: Duration) -> Result<Vec<MemberView>, Failure> {
+    let started = Instant::now();
+    loop {
+        match one_round(node) {
+            Ok(v) => return Ok(v),
+            Err((f, Some(url))) if started.elapsed() < patience && listens(&url) => {
+                crate::shared::output::print(&format!(
+                    "{}\n",
+                    crate::shared::printable::line(&format!(
+                        "{}; it accepts connections, so it is late, not down: asking again \
+                         ({:.0} s of {} s)",
+                        f.message,
+                        started.elapsed().as_secs_f64(),
+                        patience.as_secs()
+                    ))
+                ));
+            }
+            Err((f, _)) => return Err(f),
+        }
+    }
 }
 
 /// Followers first (by name), the leader last.
@@ -273,7 +328,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
             _ => failed(e),
         })?;
     // Another node may have done the work while we waited.
-    let members = members(&node)?;
+    let members = members_answering(&node, cfg.defrag_timeout)?;
     let mut done = Done::default();
     let todo: Vec<String> = leader_last(members.clone())
         .into_iter()
@@ -283,9 +338,14 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
     if todo.is_empty() {
         print_nothing(s, &members);
     }
+    // The survey just made serves the first member; every later one gets its own.
+    let mut fresh = Some(members);
     for name in todo {
         // Every member answers before each defragmentation, and the leader is known now.
-        let now = self::members(&node)?;
+        let now = match fresh.take() {
+            Some(v) => v,
+            None => members_answering(&node, cfg.defrag_timeout)?,
+        };
         let Some(m) = now.into_iter().find(|m| m.name == name) else {
             continue;
         };

@@ -112,12 +112,24 @@ struct Recorder<'a> {
     /// down on purpose from the leader's hand-over and from the install (the swap stops
     /// etcd first) until it is confirmed or rolled back.
     frame: &'a Frame,
+    /// The release confirmed running (version, archive SHA-256), once it is.
+    installed: Option<(String, String)>,
+}
+
+/// `state` after `version` (its archive's SHA-256 `sha256`) was installed and confirmed
+/// by an upgrade: status's installed release, and that release's advisories instead of
+/// the old one's, as `run` records them.
+pub fn record_installed(state: &mut State, version: &str, sha256: &str) {
+    state.etcd_version = Some(version.to_string());
+    state.sha256 = Some(sha256.to_string());
+    state.advisories = advisory::lines(version);
 }
 
 impl<'a> Recorder<'a> {
     fn new(frame: &'a Frame) -> Recorder<'a> {
         Recorder {
             frame,
+            installed: None,
             store: frame.paths.store(),
             record: UpgradeRecord {
                 phase: UpgradePhase::Validating,
@@ -143,6 +155,11 @@ impl<'a> Recorder<'a> {
         self.save();
     }
 
+    /// The new release runs: the node's state names it as installed from now on.
+    fn installed(&mut self, version: &str, sha256: String) {
+        self.installed = Some((version.to_string(), sha256));
+    }
+
     fn save(&mut self) {
         let now = SystemTime::now();
         self.record.updated_at = rfc3339(now);
@@ -152,6 +169,9 @@ impl<'a> Recorder<'a> {
             .ok()
             .flatten()
             .unwrap_or_else(|| State::begin_at(Phase::NotStarted, now));
+        if let Some((version, sha256)) = &self.installed {
+            record_installed(&mut state, version, sha256);
+        }
         state.upgrade = Some(self.record.clone());
         state.touch(now);
         if let Err(e) = self.store.save(&state) {
@@ -309,7 +329,11 @@ fn upgrade(
             &mut |p| record.set(p, p.as_str()),
         )
     });
+    let (version, sha256) = (release.version.clone(), release.sha256_hex());
     drop(release);
+    if outcome.is_ok() {
+        record.installed(&version, sha256);
+    }
     let view = survey(&client, &node).unwrap_or_default();
     record.record.members = versions_of(&view);
     record.record.cluster_version = health::cluster_version(metrics, Duration::from_secs(3)).ok();
@@ -557,4 +581,26 @@ pub fn swap(
 /// ([`service::confirm`]).
 pub fn confirm(metrics: SocketAddr, version: Version, wait: Duration) -> Result<(), Failure> {
     service::confirm(metrics, Some(version), wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After an upgrade status names the new release as installed and shows its
+    /// advisories, not the old one's (3.5.1's data-safety warning does not linger over
+    /// 3.5.30).
+    #[test]
+    fn an_upgrade_records_the_new_release_and_its_advisories() {
+        let mut state = State::begin_at(Phase::Running, SystemTime::now());
+        state.etcd_version = Some("3.5.1".into());
+        state.sha256 = Some("aa".into());
+        state.advisories = advisory::lines("3.5.1");
+        assert!(!state.advisories.is_empty());
+        record_installed(&mut state, "3.5.30", "bb");
+        assert_eq!(state.etcd_version.as_deref(), Some("3.5.30"));
+        assert_eq!(state.sha256.as_deref(), Some("bb"));
+        assert_eq!(state.advisories, advisory::lines("3.5.30"));
+        assert!(state.advisories.is_empty(), "{:?}", state.advisories);
+    }
 }

@@ -426,6 +426,14 @@ failure_file = "{dir}/failed"
         clean
     }
 
+    /// Sends `signal` to member `i`'s etcd (SIGSTOP: a member that stalls but keeps its
+    /// sockets, as a guest starved of CPU; SIGCONT: it goes on).
+    pub fn signal(&self, i: usize, signal: nix::sys::signal::Signal) {
+        let c = self.members[i].child.as_ref().expect("member runs");
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signal etcd");
+    }
+
     /// Kills member `i` and removes its data dir: the VM that was recreated empty.
     pub fn wipe(&mut self, i: usize) {
         self.kill(i);
