@@ -5,6 +5,7 @@
 //! naming the other's peer URL and etcd's words, within seconds; the same two members with
 //! one CA elect a leader and the watch says nothing.
 #[path = "support/pki.rs"]
+#[allow(dead_code)] // tls_table serves tests/certs.rs
 mod pki;
 mod support;
 
