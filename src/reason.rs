@@ -39,6 +39,9 @@ pub enum ReasonCode {
     SystemdFailed,
     /// etcd's unit failed to start.
     EtcdStartFailed,
+    /// While etcd started, a peer refused the TLS handshake again and again (a certificate
+    /// of another CA, a key or SAN that does not fit): the start was stopped at once.
+    EtcdTlsRefused,
     /// etcd started but is unhealthy or crash-looping.
     EtcdUnhealthy,
     /// Another `etcd-setup run` holds the lock for too long.
@@ -123,6 +126,7 @@ impl ReasonCode {
         ReasonCode::ConfigInvalid,
         ReasonCode::SystemdFailed,
         ReasonCode::EtcdStartFailed,
+        ReasonCode::EtcdTlsRefused,
         ReasonCode::EtcdUnhealthy,
         ReasonCode::Locked,
         ReasonCode::ClusterMismatch,
@@ -172,6 +176,7 @@ impl ReasonCode {
             ReasonCode::ConfigInvalid => "config-invalid",
             ReasonCode::SystemdFailed => "systemd-failed",
             ReasonCode::EtcdStartFailed => "etcd-start-failed",
+            ReasonCode::EtcdTlsRefused => "etcd-tls-refused",
             ReasonCode::EtcdUnhealthy => "etcd-unhealthy",
             ReasonCode::Locked => "locked",
             ReasonCode::ClusterMismatch => "cluster-mismatch",

@@ -29,9 +29,9 @@ mod verdict;
 pub use client::{command, query, ClientError};
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use live::FileLive;
-pub use live::{health_text, EtcdLive, LiveView, SystemLive};
+pub use live::{health_text, EtcdLive, LiveView, RoleSource, SystemLive};
 pub use protocol::{
-    Answer, ErrorBody, EtcdView, Reply, Request, RunView, SnapshotView, SpaceView, Verdict,
+    Answer, ErrorBody, EtcdView, Reply, Request, Role, RunView, SnapshotView, SpaceView, Verdict,
 };
 pub use text::{text_line, text_long};
 pub use verdict::{evaluate, evaluate_at, pid_alive};

@@ -163,7 +163,8 @@ fn label_in(line: &str, metric: &str, label: &str) -> Option<String> {
     plausible.then(|| version.to_string())
 }
 
-fn remaining(end: Instant) -> io::Result<Duration> {
+/// The time left until `end`, or a timeout error when none is.
+pub(crate) fn remaining(end: Instant) -> io::Result<Duration> {
     let left = end.saturating_duration_since(Instant::now());
     if left.is_zero() {
         Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"))
@@ -173,9 +174,9 @@ fn remaining(end: Instant) -> io::Result<Duration> {
 }
 
 /// A stream whose every read ends by `end`, however slowly the peer trickles bytes.
-struct Deadlined {
-    stream: TcpStream,
-    end: Instant,
+pub(crate) struct Deadlined {
+    pub(crate) stream: TcpStream,
+    pub(crate) end: Instant,
 }
 
 impl Read for Deadlined {

@@ -11,7 +11,9 @@
 //!   that ends in anything but `done` is [`systemd::start_failure`]'s (`etcd-start-failed`
 //!   when etcd itself failed or timed out: the operator reads etcd's journal;
 //!   `systemd-failed` when systemd refused or canceled the job); a job still running at
-//!   the deadline is `etcd-start-failed`.
+//!   the deadline is `etcd-start-failed`. With peer TLS, etcd's journal is followed
+//!   during the wait ([`refusal`]): a peer refusing the handshake for 5 s stops the start
+//!   at once as `etcd-tls-refused`, naming the peer and etcd's words.
 //! - **Confirm** ([`confirm`]): `/health` healthy and, when asked, `/metrics` naming the
 //!   expected version, over the loopback metrics listener.
 //!
@@ -49,6 +51,15 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(120);
 /// What the wait for a start job adds to `etcd.start_timeout` (the unit's
 /// `TimeoutStartSec=`), so that systemd's verdict arrives before ours.
 pub const START_MARGIN: Duration = Duration::from_secs(30);
+
+/// How often a start's wait reports its progress (`tick`).
+const TICK: Duration = Duration::from_secs(5);
+
+/// What the wait for a start hears: the start job's end, or a line etcd logged.
+enum Waited {
+    Job(Result<JobResult, Failure>),
+    Line(String),
+}
 
 /// A flag for one start of etcd only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,15 +345,48 @@ impl Etcd {
         self.sd.reset_failed(ETCD_UNIT)?;
         let limit = self.settings.start_timeout + START_MARGIN;
         let (tx, rx) = mpsc::channel();
+        // With peer TLS, etcd's own log is followed while the start waits: a peer that
+        // refuses the handshake again and again fails the start now (refusal.rs), not
+        // after the start timeout.
+        let mut watch = self.settings.tls.peer.is_some().then(|| {
+            let peers: Vec<(String, String)> = self
+                .settings
+                .initial_cluster
+                .iter()
+                .filter(|(name, _)| *name != self.settings.node_name)
+                .cloned()
+                .collect();
+            refusal::Watch::new(&peers, &self.settings.cluster_token)
+        });
+        let journal = watch.as_ref().and_then(|_| {
+            let lines = tx.clone();
+            systemd::follow(ETCD_UNIT, std::time::SystemTime::now(), move |line| {
+                lines.send(Waited::Line(line)).is_ok()
+            })
+        });
         let starter = Arc::clone(&self.sd);
         std::thread::spawn(move || {
-            let _ = tx.send(starter.start(ETCD_UNIT, limit));
+            let _ = tx.send(Waited::Job(starter.start(ETCD_UNIT, limit)));
         });
         let started = Instant::now();
+        let mut next_tick = started + TICK;
         let job = loop {
-            match rx.recv_timeout(Duration::from_secs(5)) {
-                Ok(result) => break result,
-                Err(mpsc::RecvTimeoutError::Timeout) => tick(started.elapsed()),
+            match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+                Ok(Waited::Job(result)) => break result,
+                Ok(Waited::Line(line)) => {
+                    let refused = watch
+                        .as_mut()
+                        .and_then(|w| w.observe(&line, Instant::now()));
+                    if let Some(failure) = refused {
+                        drop(journal);
+                        drop(once);
+                        return Err(self.stop_refused(failure));
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    next_tick += TICK;
+                    tick(started.elapsed());
+                }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     break Err(Failure::new(
                         ReasonCode::InternalError,
@@ -351,9 +395,25 @@ impl Etcd {
                 }
             }
         };
+        drop(journal);
         // Whatever the start did, the next one must not see this one's flags.
         drop(once);
         self.job_outcome(job?, limit)
+    }
+
+    /// A start a peer's TLS refusals failed: its job is canceled by stopping the unit
+    /// (the caller disables it, as after any failed start); `failure` with the journal.
+    fn stop_refused(&self, failure: Failure) -> Failure {
+        let stopped = self.sd.stop(ETCD_UNIT, STOP_TIMEOUT);
+        let journal = systemd::journal_tail(ETCD_UNIT, 15);
+        let mut detail = format!(
+            "last journal lines of etcd.service:\n{}",
+            journal.join("\n")
+        );
+        if let Err(f) = stopped {
+            detail = format!("stopping etcd.service failed: {}\n{detail}", f.message);
+        }
+        failure.with_source(anyhow::anyhow!(detail))
     }
 
     /// A unit written by an older agent does not read the one-shot file: it is rendered
@@ -484,6 +544,8 @@ pub fn confirm(
         }));
     }
 }
+
+pub mod refusal;
 
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,7 @@
 mod journal;
 mod state;
 
-pub use journal::journal_tail;
+pub use journal::{follow, journal_tail, Follow};
 pub use state::{readable, start_failure, JobResult, UnitState, Watched};
 
 use crate::reason::{Failure, ReasonCode};

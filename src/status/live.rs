@@ -1,6 +1,6 @@
 //! etcd's live view: etcd.service over D-Bus and its health endpoint, asked when an answer is built.
 
-use super::protocol::SpaceView;
+use super::protocol::{Role, SpaceView};
 use crate::cluster::health::{self, Health};
 use crate::shared::systemd::{Systemd, UnitState};
 use crate::shared::unit::ETCD_UNIT;
@@ -32,6 +32,83 @@ pub trait LiveView: Send + Sync {
     fn space(&self) -> Option<SpaceView> {
         None
     }
+
+    /// The member's role (voter or learner) in the etcd process `unit` names, when it
+    /// says.
+    fn role(&self, unit: &UnitState) -> Option<Role> {
+        let _ = unit;
+        None
+    }
+}
+
+/// Where [`SystemLive`] asks the member's role.
+#[derive(Debug, Clone)]
+pub enum RoleSource {
+    /// The plain-http client listener on loopback: etcd's JSON gateway
+    /// ([`crate::cluster::gateway`]), no process.
+    Gateway(SocketAddr),
+    /// Client TLS: the installed etcdctl at this member's client URL alone (the agent
+    /// carries no TLS stack): [`learner_by_etcdctl`], once per etcd process for a voter.
+    Etcdctl(crate::cluster::etcd::Client),
+}
+
+/// Where this member's role is asked: the gateway on the loopback client listener when
+/// clients speak plain http, else etcdctl with the client certificate at the client URL
+/// (the one its certificate is issued for).
+pub fn role_source(s: &crate::shared::config::Settings) -> RoleSource {
+    let member = crate::shared::member::ThisMember::of(s);
+    match &s.tls.client {
+        None => RoleSource::Gateway(SocketAddr::new(
+            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            s.client_port,
+        )),
+        Some(files) => {
+            let mut client = crate::cluster::etcd::Client::new(
+                member.etcdctl,
+                vec![member.client_url],
+                Some(files.clone()),
+            );
+            // A learner's refusal of `member list` comes after etcdctl's retries
+            // (about 3 s); the command timeout leaves room for it.
+            client.dial_timeout = Duration::from_secs(1);
+            RoleSource::Etcdctl(client)
+        }
+    }
+}
+
+/// Whether the member `client` asks (its one endpoint) is a learner, through etcdctl:
+/// `endpoint status` (learners serve it; 3.5 says `isLearner`, 3.4 leaves it out), then
+/// for a member it calls a voter `member list`, whose entry for the answering member
+/// decides; a learner refuses that call (`rpc not supported for learner`), which says so
+/// too. A voter costs two calls once per etcd process, a 3.5 learner one.
+fn learner_by_etcdctl(client: &crate::cluster::etcd::Client) -> Result<bool, String> {
+    use crate::cluster::etcd::ErrorKind;
+    let status = client.endpoint_status().map_err(|e| e.to_string())?;
+    let me = status.first().ok_or("endpoint status answered nothing")?;
+    if me.is_learner {
+        return Ok(true);
+    }
+    match client.member_list() {
+        Ok(list) => list.get(me.member_id).map(|m| m.is_learner).ok_or_else(|| {
+            format!(
+                "member list from {}: member {} is not listed",
+                client.endpoints().join(","),
+                me.member_id
+            )
+        }),
+        Err(e) if e.kind == ErrorKind::NotForLearner => Ok(true),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The role of one etcd process, as last read.
+pub(super) struct RoleSeen {
+    /// `(MainPID, ActiveEnterTimestamp)` of the process read.
+    process: (u32, u64),
+    role: Option<Role>,
+    /// When to ask again: never for a voter (a voter stays one until it is removed, which
+    /// ends its process); soon for a learner (its promotion shows) or after a failed read.
+    pub(super) retry_at: Option<Instant>,
 }
 
 /// The live view on a node: `etcd.service` over D-Bus (one connection, kept) and
@@ -43,6 +120,8 @@ pub struct SystemLive {
     cache: Mutex<Option<(Instant, Result<EtcdLive, String>)>>,
     pub(super) version: Mutex<Option<VersionSeen>>,
     space: Mutex<Option<(Instant, Option<SpaceView>)>>,
+    role_source: Option<RoleSource>,
+    pub(super) role: Mutex<Option<RoleSeen>>,
 }
 
 /// The running etcd's version, read once per etcd process: it cannot change without a
@@ -67,6 +146,11 @@ impl SystemLive {
     pub const VERSION_DEADLINE: Duration = Duration::from_secs(2);
     /// How long a failed version read stands before the same process is asked again.
     pub const VERSION_RETRY: Duration = Duration::from_secs(10);
+    /// The longest read of the role (one gateway exchange; etcdctl gets its own bounds).
+    pub const ROLE_DEADLINE: Duration = Duration::from_secs(2);
+    /// How long a learner's role stands before it is asked again (its promotion shows
+    /// within this), and a failed read likewise.
+    pub const ROLE_RETRY: Duration = Duration::from_secs(2);
 
     /// A live view asking etcd's health on 127.0.0.1:`metrics_port`.
     pub fn new(metrics_port: u16) -> SystemLive {
@@ -76,7 +160,26 @@ impl SystemLive {
             cache: Mutex::new(None),
             version: Mutex::new(None),
             space: Mutex::new(None),
+            role_source: None,
+            role: Mutex::new(None),
         }
+    }
+
+    /// The same, asking the member's role at `source`.
+    pub fn with_role(mut self, source: RoleSource) -> SystemLive {
+        self.role_source = Some(source);
+        self
+    }
+
+    fn read_role(&self) -> Result<Role, String> {
+        let learner = match &self.role_source {
+            None => return Err("no role source".into()),
+            Some(RoleSource::Gateway(addr)) => {
+                crate::cluster::gateway::is_learner(*addr, Self::ROLE_DEADLINE)?
+            }
+            Some(RoleSource::Etcdctl(client)) => learner_by_etcdctl(client)?,
+        };
+        Ok(if learner { Role::Learner } else { Role::Voter })
     }
 
     /// The running etcd's version: from the cache while the process is the same, else
@@ -136,6 +239,23 @@ impl SystemLive {
 }
 
 impl LiveView for SystemLive {
+    fn role(&self, unit: &UnitState) -> Option<Role> {
+        let process = (unit.main_pid, unit.active_enter_timestamp_us);
+        let mut seen = self.role.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = seen.as_ref().filter(|r| r.process == process) {
+            if r.retry_at.is_none_or(|at| Instant::now() < at) {
+                return r.role;
+            }
+        }
+        let role = self.read_role().ok();
+        *seen = Some(RoleSeen {
+            process,
+            role,
+            retry_at: (role != Some(Role::Voter)).then(|| Instant::now() + Self::ROLE_RETRY),
+        });
+        role
+    }
+
     fn space(&self) -> Option<SpaceView> {
         let mut cache = self.space.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, seen)) = cache.as_ref() {
@@ -164,13 +284,22 @@ impl LiveView for SystemLive {
 
 /// A live view read from a JSON file on every look (a test fixture, named by the
 /// hidden `--live-fixture` option of `serve-status`, built with the `test-fixtures` feature): `{"unit":{UnitState fields},
-/// "health":"healthy"|"unhealthy: …"|"unreachable: …", "version":"3.5.1"}` (version
-/// optional), or `{"error":"…"}`.
+/// "health":"healthy"|"unhealthy: …"|"unreachable: …", "version":"3.5.1",
+/// "role":"voter"|"learner"}` (version and role optional), or `{"error":"…"}`.
 #[cfg(any(test, feature = "test-fixtures"))]
 pub struct FileLive(pub PathBuf);
 
 #[cfg(any(test, feature = "test-fixtures"))]
 impl LiveView for FileLive {
+    fn role(&self, _unit: &UnitState) -> Option<Role> {
+        #[derive(serde::Deserialize)]
+        struct Fixture {
+            role: Option<Role>,
+        }
+        let bytes = std::fs::read(&self.0).ok()?;
+        serde_json::from_slice::<Fixture>(&bytes).ok()?.role
+    }
+
     fn etcd(&self) -> Result<EtcdLive, String> {
         #[derive(serde::Deserialize)]
         struct Fixture {

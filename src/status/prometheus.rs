@@ -7,7 +7,7 @@
 //! `== 1` and a missing series means the agent did not say. What the answer does not know
 //! (etcd's space while it is down, a snapshot never taken) is left out, not written as 0.
 
-use super::protocol::{Answer, Verdict};
+use super::protocol::{Answer, Role, Verdict};
 use crate::shared::config::certs::CertKind;
 use crate::shared::report::Phase;
 use std::fmt::Write as _;
@@ -170,6 +170,15 @@ pub fn exposition(answer: &Answer, now: SystemTime) -> String {
                 &[("alarm", a)],
                 bit(answer.alarms.iter().any(|x| x == a)),
             );
+        }
+    }
+    if let Some(r) = answer.role {
+        o.family(
+            "member_role",
+            "This member's role in its cluster (etcd's maintenance status, isLearner): 1 for the current one, 0 for the other.",
+        );
+        for each in [Role::Voter, Role::Learner] {
+            o.sample("member_role", &[("role", each.as_str())], bit(each == r));
         }
     }
     if let Some(sp) = &answer.space {

@@ -183,6 +183,30 @@ pub struct Answer {
     /// without `[tls]` (added field).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub certificates: Vec<crate::shared::config::certs::CertView>,
+    /// This member's role, `voter` or `learner` (etcd's maintenance status, `isLearner`);
+    /// absent when etcd is not active or does not say (added field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+}
+
+/// The member's role in its cluster, from etcd's maintenance status (`isLearner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// A voting member.
+    Voter,
+    /// A learner: it replicates but does not vote (a joining member before promotion).
+    Learner,
+}
+
+impl Role {
+    /// The role as JSON, text and metrics show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Voter => "voter",
+            Role::Learner => "learner",
+        }
+    }
 }
 
 /// etcd's space, from its `/metrics`.

@@ -665,14 +665,24 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, ErrorBody> {
     Ok(request)
 }
 
+/// The live view on a node, asking the role at `role` when the configuration says where.
+fn system_live(metrics_port: u16, role: Option<super::live::RoleSource>) -> SystemLive {
+    let live = SystemLive::new(metrics_port);
+    match role {
+        Some(r) => live.with_role(r),
+        None => live,
+    }
+}
+
 /// `etcd-setup serve-status`: reads the group and metrics port from the configuration
 /// (defaults when it is missing or bad: the server must answer why anyway), takes the
 /// socket from systemd or binds `--socket`, and serves until idle. Returns the exit code.
 pub fn command(args: &ServeStatusArgs) -> u8 {
-    let (group, metrics_port, tls) = match config::load(&args.config) {
+    let (group, metrics_port, tls, role) = match config::load(&args.config) {
         Ok(s) => {
             let tls = config::certs::Policy::of(&s);
-            (s.status_group, s.metrics_port, tls)
+            let role = super::live::role_source(&s);
+            (s.status_group, s.metrics_port, tls, Some(role))
         }
         Err(f) => {
             if args.config.exists() {
@@ -686,16 +696,17 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
                 config::DEFAULT_STATUS_GROUP.to_string(),
                 config::DEFAULT_METRICS_PORT,
                 None,
+                None,
             )
         }
     };
     #[cfg(feature = "test-fixtures")]
     let live: Arc<dyn LiveView> = match &args.live_fixture {
         Some(file) => Arc::new(super::FileLive(file.clone())),
-        None => Arc::new(SystemLive::new(metrics_port)),
+        None => Arc::new(system_live(metrics_port, role)),
     };
     #[cfg(not(feature = "test-fixtures"))]
-    let live: Arc<dyn LiveView> = Arc::new(SystemLive::new(metrics_port));
+    let live: Arc<dyn LiveView> = Arc::new(system_live(metrics_port, role));
     let taken = socket_from_systemd().and_then(|passed| match passed {
         Some(l) => Ok((l, " (passed by systemd)")),
         None => bind(&args.socket).map(|l| (l, "")),

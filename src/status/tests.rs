@@ -234,6 +234,12 @@ fn a_running_version_other_than_the_installed_one_is_said_in_long() {
         "running: member etcd-1, etcd 3.5.1 active, healthy (0 restarts)"
     );
     assert!(text_long(&a).contains("running unknown\n"));
+    assert!(!text_long(&a).contains("role:"), "no role said, none shown");
+    let mut learner = a.clone();
+    learner.role = Some(Role::Learner);
+    assert!(text_long(&learner).contains("\nrole:     learner\n"));
+    let json = serde_json::to_value(&learner).unwrap();
+    assert_eq!(json["role"], "learner");
 }
 
 #[test]
@@ -421,6 +427,56 @@ fn the_running_version_is_read_once_per_etcd_process() {
         .unwrap()
         .retry_at
         .is_some());
+}
+
+/// A voter's role is asked once per etcd process; a learner's again after the retry
+/// period, so its promotion shows.
+#[test]
+fn the_role_is_read_once_per_voting_process() {
+    use crate::status::live::RoleSource;
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&asked);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { break };
+            // The first answer says learner, every later one voter.
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let learner = if n == 0 { ",\"isLearner\":true" } else { "" };
+            let body = format!("{{\"header\":{{\"member_id\":\"1\"}}{learner}}}");
+            let _ = c.write_all(format!("HTTP/1.0 200 OK\r\n\r\n{body}").as_bytes());
+        }
+    });
+    let live = SystemLive::new(1).with_role(RoleSource::Gateway(addr));
+    let mut u = unit("loaded", "active", "running", 0);
+    u.main_pid = 100;
+    u.active_enter_timestamp_us = 1;
+    assert_eq!(live.role(&u), Some(Role::Learner));
+    assert_eq!(
+        live.role(&u),
+        Some(Role::Learner),
+        "kept within the retry period"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    // Past the retry period (moved back instead of waited for): asked again.
+    live.role.lock().unwrap().as_mut().unwrap().retry_at = Some(std::time::Instant::now());
+    assert_eq!(live.role(&u), Some(Role::Voter));
+    for _ in 0..5 {
+        assert_eq!(live.role(&u), Some(Role::Voter));
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 2, "a voter is asked once");
+    // Nothing listening: no role.
+    let closed = SystemLive::new(1).with_role(RoleSource::Gateway(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        port_without_listener(),
+    ))));
+    assert_eq!(closed.role(&u), None);
 }
 
 fn port_without_listener() -> u16 {

@@ -186,6 +186,9 @@ fn raw_long(a: &Answer) -> String {
             sp.quota_used_percent
         ));
     }
+    if let Some(r) = a.role {
+        out.push_str(&format!("role:     {}\n", r.as_str()));
+    }
     if !a.alarms.is_empty() {
         out.push_str(&format!("alarms:   {}\n", a.alarms.join(", ")));
     }

@@ -103,13 +103,13 @@ pub fn evaluate_at(
         .filter(|_| e.unit.load_state != "not-found"),
         _ => None,
     };
-    let (space, alarms) = match &etcd {
+    let (space, alarms, role) = match &etcd {
         Some(Ok(e)) if e.unit.is_active() => {
             let space = live.space();
             let alarms = super::data::alarms_in(&e.health, space.as_ref());
-            (space, alarms)
+            (space, alarms, live.role(&e.unit))
         }
-        _ => (None, Vec::new()),
+        _ => (None, Vec::new(), None),
     };
     let verdict = match state.phase {
         Phase::NotStarted => Verdict::NotStarted,
@@ -196,6 +196,7 @@ pub fn evaluate_at(
         upgrade: state.upgrade.clone(),
         operation: None,
         certificates: Vec::new(),
+        role,
     }
 }
 
@@ -236,6 +237,7 @@ fn without_state(
         upgrade: None,
         operation: None,
         certificates: Vec::new(),
+        role: None,
     }
 }
 

@@ -487,7 +487,14 @@ fn tls(dir: &Path, ips: &[Ipv4Addr], on: bool) -> Option<etcd_setup::shared::con
         "-out",
         "ca.crt",
     ]);
-    let sans: Vec<String> = ips.iter().map(|ip| format!("IP:{ip}")).collect();
+    // The members' addresses and the one `add_slot` gives next (a learner added later).
+    let last = ips[ips.len() - 1].octets();
+    let spare = Ipv4Addr::new(127, last[1], last[2], last[3] + 1);
+    let sans: Vec<String> = ips
+        .iter()
+        .chain([&spare])
+        .map(|ip| format!("IP:{ip}"))
+        .collect();
     std::fs::write(
         dir.join("ext.cnf"),
         format!(

@@ -17,6 +17,9 @@ pub enum ErrorKind {
     LearnerNotInSync,
     /// `member add`: the cluster already holds as many learners as it allows.
     TooManyLearners,
+    /// The member asked is a learner and does not serve this call
+    /// (`etcdserver: rpc not supported for learner`; `member list` and writes, say).
+    NotForLearner,
     /// The member ID is not in the cluster.
     MemberNotFound,
     /// etcd refused a membership change because the cluster is not healthy enough.
@@ -109,6 +112,8 @@ pub fn classify(line: &str) -> ErrorKind {
         ErrorKind::LearnerNotInSync
     } else if l.contains("too many learner members") {
         ErrorKind::TooManyLearners
+    } else if l.contains("rpc not supported for learner") {
+        ErrorKind::NotForLearner
     } else if l.contains("member not found") {
         ErrorKind::MemberNotFound
     } else if l.contains("unhealthy cluster")

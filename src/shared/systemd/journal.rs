@@ -1,8 +1,92 @@
-//! The unit's last journal lines, for the detail of a failure.
+//! The unit's last journal lines, for the detail of a failure; and its new lines as they
+//! come, while a start waits ([`follow`]).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The longest line [`follow`] hands on; the rest of a longer one is dropped.
+const MAX_FOLLOWED_LINE: u64 = 16 * 1024;
+
+/// A `journalctl --follow` of a unit's own output, killed (and reaped) when dropped.
+pub struct Follow {
+    child: Child,
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Follows what `unit`'s processes log from `since` on (this boot): every line, cut to
+/// 16 KiB, goes to `each` on a reader thread until `each` returns false, journalctl ends,
+/// or the [`Follow`] is dropped. `None` when journalctl cannot be started (then nothing
+/// is followed: a start goes on as before, bounded by its timeout).
+///
+/// journalctl, as [`journal_tail`]: the journal's files are no stable interface to parse.
+/// It dies with the thread that started it (`PR_SET_PDEATHSIG`), so a killed agent
+/// leaves no follower behind.
+pub fn follow(
+    unit: &str,
+    since: SystemTime,
+    mut each: impl FnMut(String) -> bool + Send + 'static,
+) -> Option<Follow> {
+    let secs = since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut cmd = Command::new("journalctl");
+    cmd.arg("--boot")
+        .arg(format!("_SYSTEMD_UNIT={unit}"))
+        .arg(format!("--since=@{secs}"))
+        // Every line since then, not the last ten of them, then the new ones.
+        .args([
+            "--follow",
+            "--no-tail",
+            "--output",
+            "cat",
+            "--no-pager",
+            "--quiet",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    // SAFETY: only the async-signal-safe prctl between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Some(nix::sys::signal::Signal::SIGKILL))
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd.spawn().ok()?;
+    let stdout = child.stdout.take()?;
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader
+                .by_ref()
+                .take(MAX_FOLLOWED_LINE)
+                .read_until(b'\n', &mut line)
+            {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if line.last() != Some(&b'\n') {
+                // Cut: skip to the end of this line.
+                let mut rest = Vec::new();
+                if matches!(reader.read_until(b'\n', &mut rest), Ok(0) | Err(_)) {
+                    return;
+                }
+            }
+            if !each(String::from_utf8_lossy(&line).trim_end().to_string()) {
+                return;
+            }
+        }
+    });
+    Some(Follow { child })
+}
 
 /// The last `lines` lines etcd (or `unit`) logged in this boot, for a failure's detail;
 /// empty if the journal cannot be read.

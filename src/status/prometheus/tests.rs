@@ -66,6 +66,25 @@ fn a_running_node_shows_its_verdict_phase_unit_and_health() {
     assert!(!text.contains("etcd_setup_db_size_bytes"), "{text}");
     assert!(!text.contains("etcd_setup_snapshot_age_seconds"), "{text}");
     assert!(!text.contains("etcd_setup_failed{"), "{text}");
+    assert!(!text.contains("etcd_setup_member_role"), "{text}");
+}
+
+#[test]
+fn the_member_s_role_is_one_series_per_role() {
+    let text = exposition(&answer(serde_json::json!({ "role": "learner" })), at(1000));
+    well_formed(&text);
+    for line in [
+        "etcd_setup_member_role{role=\"voter\"} 0",
+        "etcd_setup_member_role{role=\"learner\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+    let text = exposition(&answer(serde_json::json!({ "role": "voter" })), at(1000));
+    assert!(
+        text.lines()
+            .any(|l| l == "etcd_setup_member_role{role=\"voter\"} 1"),
+        "{text}"
+    );
 }
 
 #[test]
