@@ -102,6 +102,8 @@ pub fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers(
         status.trim()
     ));
 
+    crate::rotation::leaves_from_the_same_ca_replace_the_old_ones_without_a_restart(&c, &pki);
+
     // Node 3 recreated with a certificate from another CA and a short start timeout.
     let foreign = Pki::new("another-ca");
     let (name, ip) = (c.nodes[2].name.clone(), c.nodes[2].ip.clone());
