@@ -5,3 +5,4 @@
 pub mod etcd;
 pub mod health;
 pub mod lifecycle;
+pub mod tls_peek;
