@@ -136,10 +136,13 @@ fn addresses() -> (Vec<Ipv4Addr>, u16, u16) {
     panic!("no free loopback ports");
 }
 
+/// What a member's log said: (serving clients, exited, its lines), and its signal.
+type Log = Arc<(Mutex<(bool, bool, Vec<String>)>, Condvar)>;
+
 /// One etcd member and whether it said it serves clients.
 struct Member {
     child: Child,
-    ready: Arc<(Mutex<(bool, bool, Vec<String>)>, Condvar)>,
+    ready: Log,
 }
 
 /// A three-member etcd cluster with mutual TLS on both sides; member `i` presents
@@ -220,7 +223,7 @@ impl Tls3 {
                 .stderr(Stdio::piped());
             let mut child = cmd.spawn().expect("spawn etcd");
             let stderr = child.stderr.take().unwrap();
-            let ready: Arc<(Mutex<(bool, bool, Vec<String>)>, Condvar)> = Arc::default();
+            let ready: Log = Arc::default();
             let seen = ready.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {

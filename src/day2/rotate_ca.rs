@@ -113,6 +113,9 @@ pub fn check_files(s: &Settings) -> Result<Vec<(&'static str, Vec<Link>)>, Failu
     Ok(out)
 }
 
+/// Each member's (name, peer URLs, client URLs), from the member list.
+type Urls = Vec<(String, Vec<String>, Vec<String>)>;
+
 /// `host:port` of a URL.
 fn address_of(url: &str) -> Option<SocketAddr> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
@@ -124,7 +127,7 @@ fn address_of(url: &str) -> Option<SocketAddr> {
 /// of `bundle` (the file `bundle_file`).
 fn check_peers(
     view: &[MemberView],
-    urls: &[(String, Vec<String>, Vec<String>)],
+    urls: &Urls,
     side: &str,
     bundle: &[Link],
     bundle_file: &Path,
@@ -180,10 +183,7 @@ fn check_peers(
 
 /// The members as the one survey sees them, with each member's (name, peer URLs,
 /// client URLs) from the member list.
-fn survey(
-    client: &Client,
-    node: &Node,
-) -> Result<(Vec<MemberView>, Vec<(String, Vec<String>, Vec<String>)>), Failure> {
+fn survey(client: &Client, node: &Node) -> Result<(Vec<MemberView>, Urls), Failure> {
     let seen = survey::survey(node, client.endpoints().to_vec(), &[]);
     let Some(list) = seen.list() else {
         return Err(unhealthy(format!(
@@ -200,9 +200,23 @@ fn survey(
     Ok((seen.view(node), urls))
 }
 
-/// Step 2: every member healthy, and a quorum left while this one restarts.
-fn check_cluster(view: &[MemberView]) -> Result<(), Failure> {
-    if let Some(m) = view.iter().find(|m| !m.healthy) {
+/// Step 2: every member healthy (`all`; before the lock, while another member may be in
+/// its own turn, a quorum healthy), and a quorum left while this one restarts.
+fn check_cluster(view: &[MemberView], all: bool) -> Result<(), Failure> {
+    let healthy = view.iter().filter(|m| m.healthy).count();
+    if !all && healthy <= view.len() / 2 {
+        return Err(unhealthy(format!(
+            "only {healthy} of {} members are healthy: the cluster has no quorum ({}); \
+             bring members back first (or --force)",
+            view.len(),
+            view.iter()
+                .filter(|m| !m.healthy)
+                .map(|m| format!("{} {}", m.name, m.problem.as_deref().unwrap_or("no answer")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )));
+    }
+    if let Some(m) = view.iter().find(|m| all && !m.healthy) {
         return Err(unhealthy(format!(
             "member {} {} is not healthy ({}); a restart now could leave the cluster without \
              quorum: bring it back first (or --force)",
@@ -221,12 +235,14 @@ fn check_cluster(view: &[MemberView]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Steps 1 to 3; a line saying what was checked.
+/// Steps 1 to 3; a line saying what was checked. `under_lock`: every member must be
+/// healthy (before the lock a quorum is enough: another member may be in its turn).
 fn check_all(
     s: &Settings,
     client: &Client,
     node: &Node,
     force: bool,
+    under_lock: bool,
 ) -> Result<(String, Vec<MemberView>), Failure> {
     let bundles = check_files(s)?;
     let (view, urls) = match survey(client, node) {
@@ -253,7 +269,7 @@ fn check_all(
     }
     // After the peers: a member this bundle cuts off looks unhealthy too, and the
     // refusal should name the certificate.
-    if let Err(f) = check_cluster(&view) {
+    if let Err(f) = check_cluster(&view, under_lock) {
         if !force {
             return Err(f);
         }
@@ -268,12 +284,12 @@ fn rotate(f: &Frame, args: &RotateCaArgs) -> Result<String, Failure> {
     let mut all = node.own_client_url().into_iter().collect::<Vec<_>>();
     all.extend(node.peer_client_urls());
     let client = node.client(all);
-    let (said, view) = check_all(s, &client, node, args.force)?;
+    let (said, view) = check_all(s, &client, node, args.force, false)?;
     eprintln!("etcd-setup rotate-ca: {said}");
 
     // One member at a time: the lock lives on the other members, whose etcd stays up
     // while this one restarts.
-    let quorum = !view.is_empty() && view.iter().all(|m| m.healthy);
+    let quorum = view.iter().filter(|m| m.healthy).count() > view.len() / 2;
     let lock = if quorum {
         f.step(&format!("waiting for the cluster lock {LOCK_NAME}"), false);
         Some(take_turn(f, &client, node, args)?)
@@ -332,7 +348,7 @@ fn take_turn(
                 )
                 .with_source(e)
             })?;
-        let (said, view) = check_all(&f.settings, client, node, false)?;
+        let (said, view) = check_all(&f.settings, client, node, args.force, true)?;
         let leads = view.iter().any(|m| m.is_self && m.is_leader);
         // Others waiting for the lock hold keys under its prefix beside the holder's.
         let waiting = locker

@@ -319,3 +319,164 @@ pub fn leaves_from_the_same_ca_replace_the_old_ones_without_a_restart(c: &Cluste
         "too few polls: {polls}, {probe_count}"
     );
 }
+
+/// `etcd-setup rotate-ca` started on every node at once; each node's (name, host time it
+/// ended, exit code, stdout, stderr), in node order.
+fn rotate_ca_everywhere(c: &Cluster) -> Vec<(String, f64, i32, String, String)> {
+    let remotes: Vec<Remote> = c.nodes.iter().map(|n| n.remote()).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = remotes
+            .iter()
+            .map(|r| {
+                s.spawn(move || {
+                    let out = r.run(
+                        Duration::from_secs(1500),
+                        "sudo etcd-setup rotate-ca --lock-wait 20min --leader-wait 10min",
+                    );
+                    (
+                        r.name.clone(),
+                        unix_now(),
+                        out.status.code().unwrap_or(-1),
+                        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+                        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// One phase's restarts: every node's rotate-ca exits 0; each node's turn runs from the
+/// previous node's end to its own, and no poll of a node outside its turn says `failed`
+/// (inside it, one caught mid-restart says `in-progress`, naming rotate-ca). The order
+/// and the counts are printed.
+fn rolling_restart(c: &Cluster, phase: &str) {
+    let t0 = unix_now();
+    let results = rotate_ca_everywhere(c);
+    for (name, end, code, out, err) in &results {
+        report(&format!(
+            "cluster c3: {phase}: rotate-ca on {name}: exit {code} at +{:.1} s: {out} | {}",
+            end - t0,
+            err.replace('\n', " | ")
+        ));
+        assert_eq!(*code, 0, "{name}: {out}\n{err}");
+    }
+    let mut ends: Vec<(f64, String)> = results.iter().map(|r| (r.1, r.0.clone())).collect();
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let last = ends[2].0;
+    let mut begin = t0;
+    for (end, name) in &ends {
+        let n = c.nodes.iter().find(|n| &n.name == name).expect("a node");
+        let samples: Vec<Sample> = n.samples.list.lock().unwrap().clone();
+        let own: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| s.at > begin && s.at <= *end)
+            .collect();
+        let on_purpose = own
+            .iter()
+            .filter(|s| s.verdict == "in-progress" && s.progress.contains("rotate-ca"))
+            .count();
+        let outside: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| s.asked >= t0 && s.at <= last && (s.at <= begin || s.at > *end))
+            .collect();
+        let failed: Vec<String> = outside
+            .iter()
+            .filter(|s| s.verdict == "failed")
+            .map(|s| format!("+{:.1} s {}: {}", s.at - t0, s.reason, s.message))
+            .collect();
+        report(&format!(
+            "cluster c3: {phase}: {name} turn +{:.1}..+{:.1} s: {} polls ({on_purpose} in-progress on purpose, {} failed); \
+             outside its turn: {} polls, {} failed {failed:?}",
+            begin - t0,
+            end - t0,
+            own.len(),
+            own.iter().filter(|s| s.verdict == "failed").count(),
+            outside.len(),
+            failed.len()
+        ));
+        assert!(
+            failed.is_empty(),
+            "{name}: {failed:?}\n{}",
+            n.timeline(c.zero)
+        );
+        begin = *end;
+    }
+    let health = crate::c3::etcdctl_tls(c, 0, "endpoint health --cluster");
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+}
+
+/// Issue 22 item 3: the CA rotated in the README's three phases. 1) a bundle of the old
+/// and the new CA on every node, `rotate-ca` on all three at once; 2) new leaves from the
+/// new CA, renamed over the old (no restart); 3) a bundle of the new CA only, `rotate-ca`
+/// on all three again. Every member's status polled throughout: none failed outside its
+/// own turn. Then a new handshake on 2379 and 2380 of every member shows the new CA as
+/// issuer, and status the new CA's expiry.
+pub fn the_ca_is_rotated_in_three_phases_with_rotate_ca(c: &Cluster, old: &Pki) {
+    let ca = format!("{PKI_DIR}/ca.crt");
+    let new = Pki::new("c3-ca-2");
+    let read = |p: &Pki, f: &str| std::fs::read_to_string(p.dir.path().join(f)).expect("PEM");
+    let (old_ca, new_ca) = (read(old, "ca.crt"), read(&new, "ca.crt"));
+    let t_all = unix_now();
+
+    let both = format!("{old_ca}{new_ca}");
+    for i in 0..3 {
+        replace_files(c, i, &[("ca.crt", "0644", &both)]);
+    }
+    rolling_restart(c, "phase 1 (old + new CA)");
+
+    let pids = main_pids(c);
+    let fresh: Vec<NodeCert> = c.nodes.iter().map(|n| new.issue(&n.name, &n.ip)).collect();
+    for (i, cert) in fresh.iter().enumerate() {
+        replace_files(
+            c,
+            i,
+            &[
+                ("node.key", "0640", &cert.key),
+                ("node.crt", "0644", &cert.cert),
+            ],
+        );
+    }
+    assert_eq!(main_pids(c), pids, "etcd restarted for new leaves");
+    report("cluster c3: phase 2: leaves of the new CA renamed over the old on 3 nodes, etcd PIDs unchanged");
+    // The probes' client certificate from now on: a leaf of the new CA.
+    keep_probe_cert(c);
+
+    for i in 0..3 {
+        replace_files(c, i, &[("ca.crt", "0644", &new_ca)]);
+    }
+    rolling_restart(c, "phase 3 (new CA only)");
+
+    let want = x509_field(&new_ca, "subject");
+    let mut shown = Vec::new();
+    for (i, n) in c.nodes.iter().enumerate() {
+        for port in [2379, 2380] {
+            let (_, issuer) = served(c, (i + 1) % 3, &n.ip, port, &ca);
+            assert_eq!(issuer, want, "{}:{port}", n.name);
+            shown.push(format!("{}:{port} issuer {issuer}", n.name));
+        }
+    }
+    let ca_end = x509_field(&new_ca, "enddate");
+    for i in 0..3 {
+        let out = c.nodes[i].vm().ssh("etcd-setup status --format json");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        let cas: Vec<&Value> = doc["certificates"]
+            .as_array()
+            .expect("certificates")
+            .iter()
+            .filter(|v| v["key"] == "tls.peer_trusted_ca")
+            .collect();
+        assert_eq!(cas.len(), 1, "{cas:?}");
+        assert_eq!(cas[0]["subject"], "CN=c3-ca-2", "{}", cas[0]);
+        assert!(cas[0].get("problem").is_none(), "{}", cas[0]);
+        if i == 0 {
+            report(&format!(
+                "cluster c3: CA rotated in {:.1} s: new handshakes {shown:?}; status tls.peer_trusted_ca {} not after {} (openssl: {ca_end})",
+                unix_now() - t_all,
+                cas[0]["subject"],
+                cas[0]["not_after"]
+            ));
+        }
+    }
+}
