@@ -56,6 +56,13 @@ pub enum Command {
     /// does not come up. Safe to start on every node at once.
     #[command(after_help = exit::UPGRADE.help())]
     Upgrade(UpgradeArgs),
+    /// Restart this member's etcd so that it loads the trust bundles now on disk (a CA
+    /// rotation's step; etcd reloads its own certificate by itself): only when every
+    /// bundle trusts this member's certificate and the ones its peers serve, every member
+    /// is healthy, one member at a time through a lock in etcd (the leader last). Safe to
+    /// start on every node at once.
+    #[command(after_help = exit::ROTATE_CA.help())]
+    RotateCa(RotateCaArgs),
     /// The server behind the status socket, started by etcd-setup-status.socket; takes
     /// the socket from systemd (LISTEN_FDS) or binds --socket, exits when idle.
     #[command(hide = true)]
@@ -138,6 +145,32 @@ pub struct UpgradeArgs {
     pub lock_wait: Duration,
     /// How long the leader lets the other members go first before it hands leadership
     /// away and upgrades anyway.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10min")]
+    pub leader_wait: Duration,
+    /// State folders.
+    #[command(flatten)]
+    pub dirs: StateDirs,
+}
+
+/// `etcd-setup rotate-ca`.
+#[derive(clap::Args, Debug)]
+pub struct RotateCaArgs {
+    /// The node's configuration (TOML).
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Restart even when a member is unhealthy or the cluster has fewer than three members
+    /// (without the cluster lock when there is no quorum to hold it); the files are still
+    /// checked.
+    #[arg(long)]
+    pub force: bool,
+    /// How long to wait for a run of etcd-setup holding the node's lock.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    pub lock_timeout: Duration,
+    /// How long to wait for the cluster lock (other members restarting), e.g. "30min".
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30min")]
+    pub lock_wait: Duration,
+    /// How long the leader lets members waiting for the lock go first before it hands
+    /// leadership away and restarts anyway.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10min")]
     pub leader_wait: Duration,
     /// State folders.

@@ -7,3 +7,4 @@ pub mod etcd;
 pub mod gateway;
 pub mod health;
 pub mod lifecycle;
+pub mod tls_peek;

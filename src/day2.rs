@@ -19,6 +19,7 @@ pub mod frame;
 pub mod leave;
 pub mod maintain;
 pub mod restore;
+pub mod rotate_ca;
 pub mod snapshot;
 pub mod tools;
 pub mod upgrade;

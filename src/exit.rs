@@ -56,6 +56,23 @@ pub mod upgrade {
     pub const REFUSED: u8 = 6;
 }
 
+/// Exit codes of `etcd-setup rotate-ca`.
+pub mod rotate_ca {
+    /// etcd was restarted on the bundles on disk and is healthy.
+    pub const OK: u8 = 0;
+    /// The restart failed (etcd did not come up healthy); the reason is printed.
+    pub const FAILED: u8 = 1;
+    /// The configuration file is missing or invalid, or `[tls]` is off.
+    pub const CONFIG: u8 = 3;
+    /// Stopped by a signal before etcd was stopped, or once it ran again (`interrupted`).
+    pub const INTERRUPTED: u8 = 4;
+    /// A run of etcd-setup, or the cluster lock, was not free in time.
+    pub const LOCKED: u8 = 5;
+    /// Refused: a bundle does not trust a certificate (`cert-untrusted`), or a member is
+    /// unhealthy or too few are left (`cluster-unhealthy`); etcd was not touched.
+    pub const REFUSED: u8 = 6;
+}
+
 /// Exit codes of `etcd-setup check`.
 pub mod check {
     /// Every path holds a valid etcd release for this machine.
@@ -121,6 +138,10 @@ pub fn of(command: crate::shared::report::Command, reason: crate::reason::Reason
             | R::KnownBadRelease,
         ) => upgrade::REFUSED,
         (C::Upgrade, _) => upgrade::FAILED,
+        (C::RotateCa, R::Interrupted) => rotate_ca::INTERRUPTED,
+        (C::RotateCa, R::Locked) => rotate_ca::LOCKED,
+        (C::RotateCa, R::CertUntrusted | R::ClusterUnhealthy) => rotate_ca::REFUSED,
+        (C::RotateCa, _) => rotate_ca::FAILED,
         (C::Maintain, R::ClusterUnhealthy) => data::UNHEALTHY,
         (C::Snapshot | C::Restore | C::Maintain, R::Locked) => data::LOCKED,
         (C::Snapshot | C::Restore | C::Maintain, _) => data::FAILED,
@@ -362,9 +383,41 @@ pub const MAINTAIN: Table = Table {
     ],
 };
 
+/// `etcd-setup rotate-ca`.
+pub const ROTATE_CA: Table = Table {
+    command: "rotate-ca",
+    codes: &[
+        code(
+            rotate_ca::OK,
+            "this member's etcd was restarted on the trust bundles on disk and is healthy",
+        ),
+        code(
+            rotate_ca::FAILED,
+            "the restart failed: etcd did not come up healthy (etcd-start-failed, systemd-failed, etcd-unhealthy); the reason is printed",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(
+            rotate_ca::CONFIG,
+            "the configuration file is missing or invalid, or [tls] is off (config-invalid)",
+        ),
+        code(
+            rotate_ca::INTERRUPTED,
+            "stopped by a signal (interrupted) before etcd was stopped, or once it ran again",
+        ),
+        code(
+            rotate_ca::LOCKED,
+            "a run of etcd-setup held the node's lock past --lock-timeout, or the cluster lock was not ours within --lock-wait",
+        ),
+        code(
+            rotate_ca::REFUSED,
+            "refused: a bundle does not hold the CA of this member's certificate or of one a peer serves (cert-untrusted, naming both), or a member is unhealthy or fewer than three are members (cluster-unhealthy); etcd was not touched",
+        ),
+    ],
+};
+
 /// Every command's table, in the README's order.
 pub const ALL: &[Table] = &[
-    RUN, CHECK, STATUS, LEAVE, SNAPSHOT, RESTORE, MAINTAIN, UPGRADE,
+    RUN, CHECK, STATUS, LEAVE, SNAPSHOT, RESTORE, MAINTAIN, UPGRADE, ROTATE_CA,
 ];
 
 impl Table {
@@ -404,6 +457,7 @@ mod tests {
             (C::Snapshot, SNAPSHOT),
             (C::Restore, RESTORE),
             (C::Maintain, MAINTAIN),
+            (C::RotateCa, ROTATE_CA),
         ] {
             for reason in crate::reason::ReasonCode::ALL {
                 let code = of(cmd, *reason);
@@ -426,6 +480,7 @@ mod tests {
             (C::Snapshot, SNAPSHOT),
             (C::Restore, RESTORE),
             (C::Maintain, MAINTAIN),
+            (C::RotateCa, ROTATE_CA),
         ] {
             let code = of(cmd, crate::reason::ReasonCode::Locked);
             let row = table.codes.iter().find(|c| c.value == code);

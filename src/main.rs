@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Command::Snapshot(args) => etcd_setup::day2::snapshot::command(&args),
         Command::Restore(args) => etcd_setup::day2::restore::command(&args),
         Command::Maintain(args) => etcd_setup::day2::maintain::command(&args),
+        Command::RotateCa(args) => etcd_setup::day2::rotate_ca::command(&args),
         Command::Upgrade(args) => etcd_setup::day2::upgrade::command(&args),
         Command::ServeStatus(args) => etcd_setup::status::server::command(&args),
     };

@@ -107,6 +107,9 @@ pub enum ReasonCode {
     /// A TLS file does not fit: the key is not the certificate's, the certificate does not
     /// name this node's IP, or a file (a CA bundle, say) cannot be read as PEM.
     CertMismatch,
+    /// `rotate-ca`: a trust bundle on disk does not hold the CA of this member's own
+    /// certificate or of one a peer serves; a restart would cut the member off.
+    CertUntrusted,
 }
 
 impl ReasonCode {
@@ -157,6 +160,7 @@ impl ReasonCode {
         ReasonCode::EtcdCorrupt,
         ReasonCode::CertExpired,
         ReasonCode::CertMismatch,
+        ReasonCode::CertUntrusted,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -207,6 +211,7 @@ impl ReasonCode {
             ReasonCode::EtcdCorrupt => "etcd-corrupt",
             ReasonCode::CertExpired => "cert-expired",
             ReasonCode::CertMismatch => "cert-mismatch",
+            ReasonCode::CertUntrusted => "cert-untrusted",
         }
     }
 }

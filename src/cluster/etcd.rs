@@ -327,6 +327,22 @@ impl Client {
             .map(|kv| kv.value))
     }
 
+    /// `get --prefix --count-only PREFIX`: how many keys begin with `prefix`.
+    pub fn count_prefix(&self, prefix: &str) -> Result<u64, EtcdError> {
+        let what = format!("get --prefix {prefix}");
+        let out = self.call(&what, &["get", "--prefix", "--count-only", "--", prefix])?;
+        // etcd's JSON leaves the count out when it is 0.
+        self.parsed(&what, &out, |b| {
+            serde_json::from_slice::<serde_json::Value>(b)
+                .map(|v| {
+                    v.get("count")
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0)
+                })
+                .map_err(|e| e.to_string())
+        })
+    }
+
     /// `lock NAME --ttl=TTL`, held until the returned guard is dropped or released;
     /// waits at most `wait` to acquire it. See [`ClusterLock`].
     pub fn lock(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// `etcdctl` on node `i` over TLS with that node's certificate (root: the key is
 /// root:etcd 0640), against every member's https client URL.
-fn etcdctl_tls(c: &Cluster, i: usize, args: &str) -> String {
+pub fn etcdctl_tls(c: &Cluster, i: usize, args: &str) -> String {
     let endpoints: Vec<String> = c
         .nodes
         .iter()
@@ -101,6 +101,9 @@ pub fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers(
          no client certificate: refused; etcd-setup status (via the http loopback metrics listener 127.0.0.1:2381): {}",
         status.trim()
     ));
+
+    crate::rotation::leaves_from_the_same_ca_replace_the_old_ones_without_a_restart(&c, &pki);
+    crate::rotation::the_ca_is_rotated_in_three_phases_with_rotate_ca(&c, &pki);
 
     // Node 3 recreated with a certificate from another CA and a short start timeout.
     let foreign = Pki::new("another-ca");

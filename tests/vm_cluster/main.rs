@@ -28,6 +28,7 @@ mod c1;
 mod c3;
 mod c4;
 mod pki;
+mod rotation;
 
 /// Cluster c1: formed, a crash loop, rejoin, leave, a foreign token ([`c1`]).
 #[test]

@@ -68,6 +68,12 @@ impl Pki {
     /// A certificate for node `name` at `ip`: SANs the node IP and 127.0.0.1, usable as
     /// server and client (etcd's peers are both).
     pub fn issue(&self, name: &str, ip: &str) -> NodeCert {
+        self.issue_for(name, ip, 2)
+    }
+
+    /// [`Pki::issue`], valid `days` days: a renewal gets a new key, the CA's next serial
+    /// and its own not-after.
+    pub fn issue_for(&self, name: &str, ip: &str, days: u32) -> NodeCert {
         let d = self.dir.path();
         std::fs::write(
             d.join(format!("{name}.ext")),
@@ -108,7 +114,7 @@ impl Pki {
                 "ca.key",
                 "-CAcreateserial",
                 "-days",
-                "2",
+                &days.to_string(),
                 "-out",
                 &format!("{name}.crt"),
                 "-extfile",
@@ -156,4 +162,22 @@ pub fn with_tls(spec: &mut VmSpec, cert: &NodeCert) {
     // After config.toml's content (the last write_files entry, runcmd next): the [tls]
     // table inside that content, then the PEM files as further write_files entries.
     spec.user_data = text.replacen("\nruncmd:", &format!("{tls}{files}runcmd:"), 1);
+}
+
+/// What `openssl x509 -noout -FLAG` says of the certificate `pem` (`serial`, `enddate`,
+/// `issuer`), the value after `=`.
+pub fn x509_field(pem: &str, flag: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("c.pem"), pem).expect("write PEM");
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir.path())
+        .args(["x509", "-noout", &format!("-{flag}"), "-in", "c.pem"])
+        .output()
+        .expect("run openssl");
+    assert!(out.status.success(), "openssl x509 -{flag}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .split_once('=')
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default()
 }

@@ -571,3 +571,88 @@ fn ec_public(der: &[u8], outer: Option<&[u8]>) -> Result<Public, String> {
         .or(outer)
         .map_or(Public::Unknown, |p| Public::Bits(p.to_vec())))
 }
+
+/// A certificate as the trust check ([`issuer_in`]) sees it: names as DER (compared
+/// byte for byte, as Go compares a child's issuer with a parent's subject), the key
+/// identifiers, and what an operator reads.
+#[derive(Debug, Clone)]
+pub struct Link {
+    /// RFC 4514.
+    pub subject: String,
+    /// Hexadecimal, as `openssl x509 -serial` prints it.
+    pub serial: String,
+    subject_der: Vec<u8>,
+    issuer_der: Vec<u8>,
+    /// Subject key identifier.
+    ski: Option<Vec<u8>>,
+    /// Authority key identifier (its key identifier field).
+    aki: Option<Vec<u8>>,
+}
+
+/// The [`Link`] of a DER certificate.
+pub fn link_of_der(der_bytes: &[u8]) -> Result<Link, String> {
+    use x509_cert::der::Encode;
+    use x509_cert::ext::pkix::{AuthorityKeyIdentifier, SubjectKeyIdentifier};
+    let cert = Certificate::from_der(der_bytes)
+        .map_err(|e| format!("holds a certificate that does not parse: {e}"))?;
+    let tbs = &cert.tbs_certificate;
+    let encode = |n: &x509_cert::name::Name| n.to_der().map_err(|e| e.to_string());
+    Ok(Link {
+        subject: tbs.subject.to_string(),
+        serial: tbs
+            .serial_number
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect(),
+        subject_der: encode(&tbs.subject)?,
+        issuer_der: encode(&tbs.issuer)?,
+        ski: tbs
+            .get::<SubjectKeyIdentifier>()
+            .ok()
+            .flatten()
+            .map(|(_, s)| s.0.as_bytes().to_vec()),
+        aki: tbs
+            .get::<AuthorityKeyIdentifier>()
+            .ok()
+            .flatten()
+            .and_then(|(_, a)| a.key_identifier.map(|k| k.as_bytes().to_vec())),
+    })
+}
+
+fn parse_links(bytes: &[u8]) -> Result<Vec<Link>, String> {
+    let mut out = Vec::new();
+    for (label, der) in pem_blocks(bytes)? {
+        if label == "CERTIFICATE" {
+            let n = out.len() + 1;
+            out.push(link_of_der(&der).map_err(|e| format!("certificate number {n}: {e}"))?);
+        }
+    }
+    if out.is_empty() {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(out)
+}
+
+/// Every certificate of the PEM file at `path`, read as the other TLS files are (no
+/// link followed, a regular file, bounded): a trust bundle, or a leaf (first) with its
+/// chain.
+pub fn read_links(path: &Path) -> Result<Vec<Link>, String> {
+    cached(&mut HashMap::new(), path, parse_links)
+}
+
+/// The CA of `bundle` that issued `cert`: its subject is `cert`'s issuer and, where both
+/// carry one, its subject key identifier is `cert`'s authority key identifier (a CA made
+/// again under the same name has another key, and so another identifier). The signature
+/// itself is not checked here (this agent carries no curve or big-number arithmetic):
+/// this guards a restart against a bundle that lacks the issuer, which is what cuts a
+/// member off; etcd checks every signature at every handshake.
+pub fn issuer_in<'a>(cert: &Link, bundle: &'a [Link]) -> Option<&'a Link> {
+    bundle.iter().find(|ca| {
+        ca.subject_der == cert.issuer_der
+            && match (&cert.aki, &ca.ski) {
+                (Some(a), Some(s)) => a == s,
+                _ => true,
+            }
+    })
+}

@@ -34,6 +34,8 @@ pub enum Command {
     Snapshot,
     /// `etcd-setup maintain`.
     Maintain,
+    /// `etcd-setup rotate-ca`.
+    RotateCa,
 }
 
 impl Command {
@@ -45,6 +47,7 @@ impl Command {
             Command::Leave => "leave",
             Command::Snapshot => "snapshot",
             Command::Maintain => "maintain",
+            Command::RotateCa => "rotate-ca",
         }
     }
 }
