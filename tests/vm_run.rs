@@ -90,7 +90,14 @@ fn insert_and_clock(vm: &mut Vm, iso: &str, condition: &str) -> (f64, f64, f64) 
     let at: f64 = seen
         .trim()
         .parse()
-        .unwrap_or_else(|_| panic!("watcher said {seen:?}"));
+        .unwrap_or_else(|_| {
+            panic!(
+                "watcher said {seen:?}; the guest's journal:\n{}",
+                vm.ssh_ok(&format!(
+                    "sudo cat {FAILED_FILE} 2>&1; sudo journalctl -b -u etcd-setup -u etcd -o cat --no-pager | tail -n 60"
+                ))
+            )
+        });
     (at - offset - inserted, inserted, offset)
 }
 
@@ -382,7 +389,10 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
         &vm,
         "journalctl -b _PID=1 -o cat --no-pager | grep -E 'Reloading|daemon-reload' || true",
     );
-    assert!(reloads.trim().is_empty(), "systemd reloaded in this boot:\n{reloads}");
+    assert!(
+        reloads.trim().is_empty(),
+        "systemd reloaded in this boot:\n{reloads}"
+    );
     assert_eq!(
         root(&vm, "systemctl is-enabled etcd.service; readlink /etc/systemd/system/multi-user.target.wants/etcd.service"),
         "enabled\n/lib/systemd/system/etcd.service\n"
@@ -400,10 +410,13 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
          systemctl daemon-reload",
     );
     let reloads = |vm: &Vm| {
-        root(vm, "journalctl -b _PID=1 -o cat --no-pager | grep -c Reloading || true")
-            .trim()
-            .parse::<u32>()
-            .unwrap_or(0)
+        root(
+            vm,
+            "journalctl -b _PID=1 -o cat --no-pager | grep -c Reloading || true",
+        )
+        .trim()
+        .parse::<u32>()
+        .unwrap_or(0)
     };
     let before = reloads(&vm);
     assert_eq!(run_unit(&vm), 0, "the run on an older agent's node failed");
@@ -419,7 +432,10 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
         format!("1\nmoved\n/lib/systemd/system/etcd.service\n/lib/systemd/system/etcd.service\n{pid}")
     );
     let log = root(&vm, "journalctl -b -u etcd-setup -o cat --no-pager | grep 'written by an older etcd-setup' || true");
-    assert!(log.contains("aside to /etc/systemd/system/etcd.service.replaced-"), "{log}");
+    assert!(
+        log.contains("aside to /etc/systemd/system/etcd.service.replaced-"),
+        "{log}"
+    );
     assert!(
         vm.ssh(&format!("test -e {FAILED_FILE}")).status.code() == Some(1),
         "the interrupted reason was not removed on success"
@@ -1237,8 +1253,7 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
                 "{point}: killed in {said}"
             ),
             _ => assert!(
-                said.contains("no-env-file")
-                    && vm.ssh(&format!("test -e {name}")).status.success(),
+                said.contains("no-env-file") && vm.ssh(&format!("test -e {name}")).status.success(),
                 "{point}: not killed between {name} and etcd's environment: {said}"
             ),
         }

@@ -344,7 +344,6 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
         parse_with(HTTPS, TLS)
     }
 
-
     fn env_of(s: &Settings) -> String {
         render_env(s, &Membership::configured(s))
     }
@@ -433,11 +432,19 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
             ("ExecStart=", ETCD_LINK.to_string()),
             ("User=", ETCD_USER.to_string()),
         ] {
-            assert!(s.contains(&format!("{what}{path}").as_str()), "{what}{path}");
+            assert!(
+                s.contains(&format!("{what}{path}").as_str()),
+                "{what}{path}"
+            );
         }
         // Nothing of one node or one release: no path but the fixed ones, no name, no URL.
         assert!(!unit.contains("{{"), "{unit}");
-        for node_specific in ["/var/lib/etcd", "/opt/bin", "ReadWritePaths", "StateDirectory"] {
+        for node_specific in [
+            "/var/lib/etcd",
+            "/opt/bin",
+            "ReadWritePaths",
+            "StateDirectory",
+        ] {
             assert!(
                 !s.iter()
                     .any(|l| l.contains(node_specific) && !l.contains(ETCD_LINK)),
@@ -449,7 +456,11 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
         for (i, l) in lines.iter().enumerate() {
             let starts_group = i > 0 && lines[i - 1].is_empty();
             if starts_group && !l.is_empty() && !l.starts_with('[') {
-                assert!(l.starts_with('#'), "uncommented group at line {}: {l}", i + 1);
+                assert!(
+                    l.starts_with('#'),
+                    "uncommented group at line {}: {l}",
+                    i + 1
+                );
             }
         }
     }
