@@ -162,6 +162,17 @@ fn test_bed_boots_a_node_and_hot_inserts_the_kubernetes_iso() {
         vm.ssh_ok("systemctl is-active etcd-setup-status.socket"),
         "active\n"
     );
+    // etcd's unit is the package's, loaded since boot (vm-images/build checks that the
+    // package leaves it disabled; by now the run may have proven etcd and enabled it).
+    assert!(
+        vm.ssh_ok("dpkg-query -S /lib/systemd/system/etcd.service")
+            .starts_with("etcd-setup: "),
+        "/lib/systemd/system/etcd.service is not the package's"
+    );
+    assert_eq!(
+        vm.ssh_ok("systemctl show -p LoadState,FragmentPath --value etcd.service"),
+        "loaded\n/lib/systemd/system/etcd.service\n"
+    );
     let man = vm.ssh_ok("MANWIDTH=100 man -P cat etcd-setup 2>&1");
     for needle in [
         "EXIT STATUS",

@@ -90,7 +90,14 @@ fn insert_and_clock(vm: &mut Vm, iso: &str, condition: &str) -> (f64, f64, f64) 
     let at: f64 = seen
         .trim()
         .parse()
-        .unwrap_or_else(|_| panic!("watcher said {seen:?}"));
+        .unwrap_or_else(|_| {
+            panic!(
+                "watcher said {seen:?}; the guest's journal:\n{}",
+                vm.ssh_ok(&format!(
+                    "sudo cat {FAILED_FILE} 2>&1; sudo journalctl -b -u etcd-setup -u etcd -o cat --no-pager | tail -n 60"
+                ))
+            )
+        });
     (at - offset - inserted, inserted, offset)
 }
 
@@ -368,14 +375,67 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
             "disc-read",
             "archive-pass-done",
             "installed",
-            "unit-written",
-            "enabled-and-reloaded",
             "start-job-done",
-            "healthy"
+            "healthy",
+            "enabled"
         ],
         "{breakdown}"
     );
     assert_etcd_healthy(&vm);
+    // Issue 24: the unit is the package's, loaded at boot; nothing in this boot (the
+    // SIGTERM'd run's way out, the run that installed and started etcd) reloaded systemd,
+    // and etcd is enabled for the next boot all the same.
+    let reloads = root(
+        &vm,
+        "journalctl -b _PID=1 -o cat --no-pager | grep -E 'Reloading|daemon-reload' || true",
+    );
+    assert!(
+        reloads.trim().is_empty(),
+        "systemd reloaded in this boot:\n{reloads}"
+    );
+    assert_eq!(
+        root(&vm, "systemctl is-enabled etcd.service; readlink /etc/systemd/system/multi-user.target.wants/etcd.service"),
+        "enabled\n/lib/systemd/system/etcd.service\n"
+    );
+
+    // A node an older agent set up: its rendered unit in /etc/systemd/system (which
+    // overrides the package's) and enabled there. The next run moves it aside, reloads
+    // systemd once, enables the package's unit in its place; etcd keeps running.
+    let pid = root(&vm, "systemctl show -p MainPID --value etcd.service");
+    root(
+        &vm,
+        "sed -e '1s/.*/# etcd, installed by etcd-setup 0.0.9./' -e 's|^ExecStart=.*|ExecStart=/opt/bin/etcd|' \
+           /lib/systemd/system/etcd.service >/etc/systemd/system/etcd.service && \
+         ln -sf /etc/systemd/system/etcd.service /etc/systemd/system/multi-user.target.wants/etcd.service && \
+         systemctl daemon-reload",
+    );
+    let reloads = |vm: &Vm| {
+        root(
+            vm,
+            "journalctl -b _PID=1 -o cat --no-pager | grep -c Reloading || true",
+        )
+        .trim()
+        .parse::<u32>()
+        .unwrap_or(0)
+    };
+    let before = reloads(&vm);
+    assert_eq!(run_unit(&vm), 0, "the run on an older agent's node failed");
+    assert_eq!(reloads(&vm), before + 1, "not one reload for the migration");
+    assert_eq!(
+        root(
+            &vm,
+            "ls /etc/systemd/system/ | grep -c '^etcd.service.replaced-'; test -e /etc/systemd/system/etcd.service || echo moved; \
+             systemctl show -p FragmentPath --value etcd.service; \
+             readlink /etc/systemd/system/multi-user.target.wants/etcd.service; \
+             systemctl show -p MainPID --value etcd.service"
+        ),
+        format!("1\nmoved\n/lib/systemd/system/etcd.service\n/lib/systemd/system/etcd.service\n{pid}")
+    );
+    let log = root(&vm, "journalctl -b -u etcd-setup -o cat --no-pager | grep 'written by an older etcd-setup' || true");
+    assert!(
+        log.contains("aside to /etc/systemd/system/etcd.service.replaced-"),
+        "{log}"
+    );
     assert!(
         vm.ssh(&format!("test -e {FAILED_FILE}")).status.code() == Some(1),
         "the interrupted reason was not removed on success"
@@ -835,14 +895,15 @@ fn i_upgrading_the_package_on_a_running_node_leaves_etcd_and_its_state_alone() {
     );
     assert_eq!(etcd_process(&vm), before.0, "dpkg -r touched etcd");
 
-    // purge: etcd-setup's state goes too; etcd's data dir, unit and binaries stay.
+    // purge: etcd-setup's state goes too (the link the package's etcd.service started
+    // included: that unit went with the package); etcd's data dir and binaries stay.
     root(&vm, "dpkg --purge etcd-setup >/dev/null 2>&1");
     assert_eq!(
         root(&vm, "ls -d /var/lib/etcd-setup /run/etcd-setup /home/cloud/etcd-setup-failed 2>/dev/null || true"),
         ""
     );
     assert_eq!(
-        root(&vm, "test -d /var/lib/etcd/member && test -x /opt/bin/etcd && test -f /etc/systemd/system/etcd.service && echo kept"),
+        root(&vm, "test -d /var/lib/etcd/member && test -x /opt/bin/etcd && ! test -e /lib/systemd/system/etcd.service && echo kept"),
         "kept\n"
     );
     assert_eq!(etcd_process(&vm), before.0, "dpkg --purge touched etcd");
@@ -1037,36 +1098,31 @@ fn reset_node(vm: &Vm) {
         vm,
         &format!(
             "systemctl disable --now etcd.service 2>/dev/null; \
-             rm -f /etc/systemd/system/etcd.service /etc/etcd-setup/etcd.env {FAILED_FILE} \
+             rm -f /etc/etcd-setup/etcd.env /var/lib/etcd-setup/etcd {FAILED_FILE} \
                    /var/lib/etcd-setup/state.json /run/etcd-setup/state.json; \
-             mkdir -p /opt/bin; find /opt/bin -mindepth 1 -delete; rm -rf /var/lib/etcd; systemctl daemon-reload; systemctl reset-failed etcd-setup etcd 2>/dev/null; true"
+             mkdir -p /opt/bin; find /opt/bin -mindepth 1 -delete; rm -rf /var/lib/etcd; systemctl reset-failed etcd-setup etcd 2>/dev/null; true"
         ),
     );
 }
 
 /// The boundaries `kill -9` lands on: (what the test calls it, how the guest sees the run
-/// reach it, whether etcd may be enabled then: the enable follows the unit's writing
-/// within milliseconds, binaries and unit complete, and the reload takes a second). "phase NAME": the live state file says
-/// NAME; "step NAME": the run's journal has its `step: NAME` line; "file PATH": PATH
-/// exists (watched in a busy loop: `etcdctl` is the first binary renamed into place,
-/// `etcd` the last, and the unit is written a few milliseconds later).
-const KILL_POINTS: [(&str, &str, bool); 7] = [
-    ("waiting", "phase waiting-for-iso", false),
-    ("validating", "phase validating", false),
-    ("installing", "file /opt/bin/etcdctl", false),
-    ("writing the unit", "file /opt/bin/etcd", false),
-    (
-        "unit written, enabling and reloading",
-        "step unit-written",
-        true,
-    ),
-    ("starting", "step enabled-and-reloaded", true),
-    ("confirming", "step start-job-done", true),
+/// reach it). "phase NAME": the live state file says NAME; "step NAME": the run's journal
+/// has its `step: NAME` line; "file PATH": PATH exists (watched in a busy loop: `etcdctl`
+/// is the first binary renamed into place, `etcd` the last, and etcd's environment is
+/// written after the cluster was asked). At every one etcd is found disabled: `run`
+/// enables it only once it is confirmed healthy and has stayed up (issue 24).
+const KILL_POINTS: [(&str, &str); 6] = [
+    ("waiting", "phase waiting-for-iso"),
+    ("validating", "phase validating"),
+    ("installing", "file /opt/bin/etcdctl"),
+    ("installed, before etcd's environment", "file /opt/bin/etcd"),
+    ("starting", "step installed"),
+    ("confirming", "step start-job-done"),
 ];
 
 /// Starts etcd-setup.service and SIGKILLs its main process as soon as the guest sees
 /// `when` (see [`KILL_POINTS`]); returns what the guest saw at the kill: the phase in the
-/// state file, whether etcd's unit file was written, the last journal step line.
+/// state file, whether etcd's environment was written, the last journal step line.
 fn start_and_kill_at(vm: &Vm, when: &str) -> String {
     let (kind, name) = when.split_once(' ').expect("kind and name");
     let seen = match kind {
@@ -1094,7 +1150,7 @@ until {seen}; do
 done
 [ "${{pid:-0}}" -gt 0 ] && kill -9 "$pid"
 grep -o '"phase": *"[a-z-]*"' /run/etcd-setup/state.json | head -n1
-test -e /etc/systemd/system/etcd.service && echo unit-file-written || echo no-unit-file
+test -e /etc/etcd-setup/etcd.env && echo env-written || echo no-env-file
 test -e /opt/bin/etcd && echo etcd-in-place || echo etcd-not-in-place
 sleep 0.3; kill $jp; grep '^step: ' "$log" | tail -n1; rm -f "$log"
 "#
@@ -1149,11 +1205,8 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
     assert!(used < 64, "{used} KiB still used on the small /opt/bin");
     assert_etcd_off(&vm);
     assert!(
-        vm.ssh("test -e /etc/systemd/system/etcd.service")
-            .status
-            .code()
-            == Some(1),
-        "etcd's unit written after disk-full"
+        vm.ssh("test -e /etc/etcd-setup/etcd.env").status.code() == Some(1),
+        "etcd's environment written after disk-full"
     );
     let state: serde_json::Value =
         serde_json::from_str(&root(&vm, "cat /var/lib/etcd-setup/state.json")).expect("state");
@@ -1162,7 +1215,7 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
     root(&vm, "umount /opt/bin");
 
     // kill -9 at every boundary, each followed by a new run that converges.
-    for (point, when, may_be_enabled) in KILL_POINTS {
+    for (point, when) in KILL_POINTS {
         reset_node(&vm);
         if point == "waiting" {
             vm.eject_cdrom();
@@ -1200,9 +1253,8 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
                 "{point}: killed in {said}"
             ),
             _ => assert!(
-                said.contains("no-unit-file")
-                    && vm.ssh(&format!("test -e {name}")).status.success(),
-                "{point}: not killed between {name} and the unit: {said}"
+                said.contains("no-env-file") && vm.ssh(&format!("test -e {name}")).status.success(),
+                "{point}: not killed between {name} and etcd's environment: {said}"
             ),
         }
         if point == "installing" {
@@ -1218,12 +1270,10 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
             );
         }
         let enabled = vm.ssh("systemctl is-enabled etcd.service").status.success();
-        if !may_be_enabled {
-            assert!(
-                !enabled,
-                "{point}: etcd enabled by a run killed before it enabled etcd"
-            );
-        }
+        assert!(
+            !enabled,
+            "{point}: etcd enabled by a run killed before etcd was confirmed healthy"
+        );
         let staging_after_kill =
             vm.ssh_ok("ls -a /opt/bin 2>/dev/null | grep -c etcd-setup-staging || true");
         if point == "waiting" {

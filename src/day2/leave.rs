@@ -45,7 +45,7 @@ fn leave(f: &Frame, force: bool) -> Result<String, Failure> {
             format!(
                 "{} is not installed on this node ({} is missing), so etcd could not be stopped once the member is removed; nothing was changed",
                 crate::shared::unit::ETCD_UNIT,
-                crate::shared::unit::UNIT_FILE
+                crate::shared::unit::PACKAGED_UNIT_FILE
             ),
         ));
     }

@@ -198,11 +198,9 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
                     settings.data_dir.display()
                 ))
             });
-            let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
+            lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
                 with(shared, |r| r.progress(&p.to_string()))
-            })?;
-            write_unit(settings)?;
-            plan
+            })?
         };
         return start_member(
             settings,
@@ -305,8 +303,8 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         crate::shared::service::Service::set_release(&etcd, v);
     }
     // A previous run may have left an etcd from another release running: stop it before
-    // its binary is replaced (a fresh node has no etcd unit, so nothing happens).
-    if Path::new(unit::UNIT_FILE).exists() {
+    // its binary is replaced (a fresh node never started etcd, so nothing happens).
+    if unit::may_have_started() {
         etcd.stop_unit()?;
     }
     install::install_binaries(&release, install_dir)?;
@@ -324,8 +322,6 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
         with(shared, |r| r.progress(&p.to_string()))
     })?;
-    write_unit(settings)?;
-    with(shared, |r| r.step("unit-written"));
 
     start_member(
         settings,
@@ -344,25 +340,8 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
 fn already_installed(settings: &Settings, paths: &Paths) -> Option<State> {
     let store = paths.store();
     let previous = store.load().ok().flatten()?;
-    let intact =
-        settings.install_dir.join("etcd").is_file() && Path::new(unit::UNIT_FILE).is_file();
+    let intact = settings.install_dir.join("etcd").is_file();
     (previous.phase == Phase::Running && intact).then_some(previous)
-}
-
-/// Writes etcd's unit atomically. Its environment file is written at every start, by the
-/// controller ([`Etcd::start_with`]), with [`members`].
-fn write_unit(settings: &Settings) -> Result<(), Failure> {
-    let path = Path::new(unit::UNIT_FILE);
-    if let Some(parent) = path.parent() {
-        install::ensure_dir(parent)?;
-    }
-    report::atomic_write(
-        path,
-        unit::render_unit(settings).as_bytes(),
-        0o644,
-        Some((0, 0)),
-    )
-    .map_err(|e| Failure::io(path, "cannot write", e))
 }
 
 /// The membership etcd's environment gets: the configured one, or the one a join prepared.
@@ -421,14 +400,15 @@ fn start_member(
     let Some(plan) = plan else {
         return Err(failure);
     };
-    write_unit(settings)?;
     let members = self::members(settings, Some(&plan));
     start_and_confirm(settings, etcd, shared, &members, Some((&node, &plan)))
 }
 
-/// Reloads systemd, enables and starts etcd, waits for the start job (a first member of a
-/// new cluster waits here for its peers, with progress), then confirms etcd stays up
-/// (NRestarts steady over the settle period) and answers its health endpoint.
+/// Starts etcd, waits for the start job (a first member of a new cluster waits here for
+/// its peers, with progress), confirms etcd answers its health endpoint and stays up
+/// (NRestarts steady over the settle period), and only then enables it for the next boot:
+/// a run killed at any line before leaves etcd disabled. No step reloads systemd: the
+/// unit is the package's, loaded since boot, and its environment is read at each start.
 fn start_and_confirm(
     settings: &Settings,
     etcd: &Etcd,
@@ -443,10 +423,6 @@ fn start_and_confirm(
             r.enter(Phase::Starting, "starting etcd.service")
         }
     });
-    // Enabling reloads systemd, which also reads the unit just written: one reload, not
-    // two (each reruns every generator, cloud-init's included: over a second under TCG).
-    etcd.enable()?;
-    with(shared, |r| r.step("enabled-and-reloaded"));
     // The controller renders etcd's environment, clears a failed state (a unit that hit
     // its start limit in an earlier run would refuse to start at once) and follows the
     // start job; a first member of a new cluster waits here for its peers, with progress.
@@ -510,6 +486,9 @@ fn start_and_confirm(
         )
         .with_source(anyhow::anyhow!("last journal lines of etcd.service:\n{}", journal.join("\n"))));
     }
+    // Proven: enabled for the next boot (the symlinks only; systemd needs no reload).
+    etcd.enable()?;
+    with(shared, |r| r.step("enabled"));
     // The baseline for status's crash-loop rule: restarts after this one are news. The
     // settle watch saw none beyond `base`; a read that fails keeps that.
     let confirmed = sd
@@ -524,7 +503,7 @@ fn start_and_confirm(
 /// Stops and disables etcd, best effort (a failure here is logged, the original reason
 /// stands).
 fn etcd_off(shared: &SharedReporter) {
-    if !Path::new(unit::UNIT_FILE).exists() {
+    if !unit::may_have_started() {
         return;
     }
     let result = Systemd::connect().and_then(|sd| service::off(&sd));

@@ -5,9 +5,14 @@
 //!   default (90 s; the unit sets none) kills a stuck etcd before that, so the job ends
 //!   and the answer is systemd's, not ours. There is no configuration key for it.
 //! - **Start** renders etcd's environment file from the settings at every start
-//!   ([`Etcd::start`]), clears the unit's failed state and start-limit count (a unit that
+//!   ([`Etcd::start`]) and points the unit's `ExecStart=` link ([`unit::ETCD_LINK`]) at
+//!   `install.dir/etcd`, clears the unit's failed state and start-limit count (a unit that
 //!   failed earlier would be refused at once), and waits for the start job for
-//!   `etcd.start_timeout` plus [`START_MARGIN`]. One failure mapping for everyone: a job
+//!   `etcd.start_timeout` (the packaged unit has no start timeout of its own; a job still
+//!   pending then is stopped by the caller's way out). The unit is the package's, loaded
+//!   by systemd since boot: no start reloads systemd, except once on a node whose older
+//!   agent rendered its own unit into `/etc/systemd/system` ([`Etcd::retire_legacy_unit`]).
+//!   One failure mapping for everyone: a job
 //!   that ends in anything but `done` is [`systemd::start_failure`]'s (`etcd-start-failed`
 //!   when etcd itself failed or timed out: the operator reads etcd's journal;
 //!   `systemd-failed` when systemd refused or canceled the job); a job still running at
@@ -47,10 +52,6 @@ use std::time::{Duration, Instant};
 
 /// How long a stop job may take: systemd's default `TimeoutStopSec=` (90 s) plus a margin.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// What the wait for a start job adds to `etcd.start_timeout` (the unit's
-/// `TimeoutStartSec=`), so that systemd's verdict arrives before ours.
-pub const START_MARGIN: Duration = Duration::from_secs(30);
 
 /// How often a start's wait reports its progress (`tick`).
 const TICK: Duration = Duration::from_secs(5);
@@ -146,14 +147,16 @@ impl<H> Service for HeldBetween<'_, H> {
     }
 }
 
-/// Where etcd's environment lives: the persistent file every start rewrites, and the
-/// runtime file of one start's flags.
+/// What a start writes for the unit: the persistent environment file every start
+/// rewrites, the runtime file of one start's flags, and the link the unit starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvFiles {
     /// [`unit::ENV_FILE`] on a node.
     pub env: PathBuf,
     /// [`unit::ONCE_ENV_FILE`] on a node.
     pub once: PathBuf,
+    /// [`unit::ETCD_LINK`] on a node: made to point at `install.dir/etcd`.
+    pub link: PathBuf,
 }
 
 impl EnvFiles {
@@ -162,6 +165,7 @@ impl EnvFiles {
         EnvFiles {
             env: PathBuf::from(unit::ENV_FILE),
             once: PathBuf::from(unit::ONCE_ENV_FILE),
+            link: PathBuf::from(unit::ETCD_LINK),
         }
     }
 }
@@ -192,8 +196,9 @@ impl Drop for OnceFile {
 }
 
 /// Prepares a start: etcd's environment file rendered from `settings` (with `members`),
-/// any one-shot file left by an earlier start removed, and `flags`, if any, written to the
-/// one-shot file. Everything is written atomically, root's, not readable by others.
+/// the unit's link pointed at `install.dir/etcd`, any one-shot file left by an earlier
+/// start removed, and `flags`, if any, written to the one-shot file. Everything is written
+/// atomically, root's, not writable by others.
 pub fn prepare(
     settings: &Settings,
     files: &EnvFiles,
@@ -233,6 +238,7 @@ pub fn prepare_for(
         &unit::render_env_for(settings, &membership, release),
         0o644,
     )?;
+    point_link(&files.link, &settings.install_dir.join("etcd"))?;
     if flags.is_empty() {
         return Ok(OnceFile {
             path: None,
@@ -269,6 +275,34 @@ fn write_root_file(path: &Path, text: &str, mode: u32) -> Result<(), Failure> {
     let owner = nix::unistd::geteuid().is_root().then_some((0, 0));
     atomic_write(path, text.as_bytes(), mode, owner)
         .map_err(|e| Failure::io(path, "cannot write", e))
+}
+
+/// Makes `link` a symbolic link to `target` unless it is one already: a new link beside
+/// it, renamed over it (never a half-made link), the folder synced. Whatever was at
+/// `link` is replaced, not followed.
+pub fn point_link(link: &Path, target: &Path) -> Result<(), Failure> {
+    if std::fs::read_link(link).is_ok_and(|t| t == target) {
+        return Ok(());
+    }
+    let parent = link
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| Failure::io(parent, "cannot create", e))?;
+    let name = link
+        .file_name()
+        .map_or_else(|| "etcd".into(), |n| n.to_string_lossy().into_owned());
+    let staged = parent.join(format!(".{name}.new-{}", std::process::id()));
+    let _ = std::fs::remove_file(&staged);
+    std::os::unix::fs::symlink(target, &staged)
+        .map_err(|e| Failure::io(&staged, "cannot create", e))?;
+    if let Err(e) = std::fs::rename(&staged, link) {
+        let _ = std::fs::remove_file(&staged);
+        return Err(Failure::io(link, "cannot replace", e));
+    }
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Failure::io(parent, "cannot sync", e))
 }
 
 /// etcd.service through systemd.
@@ -310,7 +344,7 @@ impl Etcd {
         Ok(self.sd.unit_state(ETCD_UNIT)?.load_state != "not-found")
     }
 
-    /// Enables etcd.service (which reloads systemd, reading a unit just written).
+    /// Enables etcd.service for the next boot, without a reload (the unit is loaded).
     pub fn enable(&self) -> Result<(), Failure> {
         self.sd.enable(ETCD_UNIT)
     }
@@ -330,20 +364,22 @@ impl Etcd {
         off(&self.sd)
     }
 
-    /// Starts etcd: its environment rendered with `members`, `flags` for this start
-    /// only, the failed state cleared, the start job followed up to `etcd.start_timeout`
-    /// plus [`START_MARGIN`]; `tick` is called every 5 s of the wait with the time waited.
+    /// Starts etcd: an older agent's unit retired ([`Etcd::retire_legacy_unit`]), its
+    /// environment rendered with `members`, `flags` for this start only, the failed state
+    /// cleared, the start job followed up to `etcd.start_timeout`; `tick` is called every
+    /// 5 s of the wait with the time waited.
     pub fn start_with(
         &self,
         members: &Members,
         flags: &[OneShot],
         tick: &mut dyn FnMut(Duration),
     ) -> Result<(), Failure> {
+        self.retire_legacy_unit()?;
         let release = self.release.lock().map_or(None, |r| *r);
         let once = prepare_for(&self.settings, &self.files, members, flags, release)?;
         // A unit that hit its start limit in an earlier run would refuse to start at once.
         self.sd.reset_failed(ETCD_UNIT)?;
-        let limit = self.settings.start_timeout + START_MARGIN;
+        let limit = self.settings.start_timeout;
         let (tx, rx) = mpsc::channel();
         // With peer TLS, etcd's own log is followed while the start waits: a peer that
         // refuses the handshake again and again fails the start now (refusal.rs), not
@@ -416,16 +452,43 @@ impl Etcd {
         failure.with_source(anyhow::anyhow!(detail))
     }
 
-    /// A unit written by an older agent does not read the one-shot file: it is rendered
-    /// again (and systemd reloaded) before a start that needs it.
-    fn ensure_unit_reads_once(&self) -> Result<(), Failure> {
-        let path = Path::new(unit::UNIT_FILE);
-        let current = std::fs::read_to_string(path).unwrap_or_default();
-        if current.contains(&format!("EnvironmentFile=-{}", unit::ONCE_ENV_FILE)) {
-            return Ok(());
+    /// A node set up by an agent that rendered its own etcd.service into
+    /// [`unit::LEGACY_UNIT_FILE`] (which overrides the package's): that file is moved
+    /// aside once (`etcd.service.replaced-<unix time>` beside it, which systemd does not
+    /// load) and systemd reloaded, the one reload a start may cost, so the package's unit
+    /// is the one that starts. Its enablement, a link to the file moved aside, is made
+    /// again for the package's unit (also on the start after one killed in between). A
+    /// unit there that no agent wrote is the operator's and left alone.
+    pub fn retire_legacy_unit(&self) -> Result<(), Failure> {
+        let legacy = Path::new(unit::LEGACY_UNIT_FILE);
+        let wants = legacy.with_file_name("multi-user.target.wants/etcd.service");
+        let ours = std::fs::symlink_metadata(legacy).is_ok_and(|m| m.is_file())
+            && std::fs::read_to_string(legacy)
+                .is_ok_and(|t| t.starts_with(unit::LEGACY_UNIT_HEADER));
+        if ours {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let aside = legacy.with_file_name(format!("etcd.service.replaced-{now}"));
+            std::fs::rename(legacy, &aside).map_err(|e| Failure::io(legacy, "cannot move", e))?;
+            if let Some(dir) = legacy.parent() {
+                let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+            }
+            self.sd.reload()?;
+            eprintln!(
+                "<5>moved {} (written by an older etcd-setup) aside to {} and reloaded systemd once: etcd runs from the package's {}",
+                legacy.display(),
+                aside.display(),
+                unit::PACKAGED_UNIT_FILE
+            );
         }
-        write_root_file(path, &unit::render_unit(&self.settings), 0o644)?;
-        self.sd.reload()
+        // Enabled, but for a unit file that is gone: enabled again for the package's.
+        let dangling =
+            std::fs::symlink_metadata(&wants).is_ok() && std::fs::metadata(&wants).is_err();
+        if dangling {
+            self.sd.enable(ETCD_UNIT)?;
+        }
+        Ok(())
     }
 
     fn job_outcome(&self, job: JobResult, limit: Duration) -> Result<(), Failure> {
@@ -474,9 +537,6 @@ impl Service for Etcd {
     }
 
     fn start_once(&self, flags: &[OneShot]) -> Result<(), Failure> {
-        if !flags.is_empty() {
-            self.ensure_unit_reads_once()?;
-        }
         let members = if flags.contains(&OneShot::ForceNewCluster) {
             // The restored data carries the configured cluster's ID.
             Members::Set(Membership::configured(&self.settings))

@@ -13,6 +13,11 @@
 //! - A start job of a `Type=notify` service ends when the service sends READY=1 (`done`),
 //!   exits or times out (`failed`, with the service's `Result` saying why). `done` does not
 //!   mean etcd stays up: watch the unit with [`Systemd::watch_until`] after it.
+//! - `EnableUnitFiles` and `DisableUnitFiles` only make or remove the `[Install]`
+//!   symlinks. A unit systemd has loaded starts and stops as before without a reload;
+//!   the symlinks count from the next boot (which reads them afresh), and
+//!   `GetUnitFileState` (`systemctl is-enabled`) reads them from disk at once. So neither
+//!   is followed by a reload here: only a changed unit file needs one.
 
 mod journal;
 mod state;
@@ -117,7 +122,8 @@ impl Systemd {
         block_on(self.manager.reload()).map_err(|e| refused("reload its unit files", "", e))
     }
 
-    /// Enables `unit` (its `[Install]` symlinks, replacing conflicting ones), then reloads.
+    /// Enables `unit` (its `[Install]` symlinks, replacing conflicting ones), for the next
+    /// boot; no reload (above).
     pub fn enable(&self, unit: &str) -> Result<(), Failure> {
         let (has_install, _changes) =
             block_on(self.manager.enable_unit_files(&[unit], false, true))
@@ -128,15 +134,14 @@ impl Systemd {
                 format!("{unit} has no [Install] section, so enabling it does nothing"),
             ));
         }
-        self.reload()
+        Ok(())
     }
 
-    /// Disables `unit`, then reloads; a unit that is not enabled, or has no unit file, is
-    /// fine.
+    /// Disables `unit`, for the next boot; no reload (above). A unit that is not enabled,
+    /// or has no unit file, is fine.
     pub fn disable(&self, unit: &str) -> Result<(), Failure> {
         match block_on(self.manager.disable_unit_files(&[unit], false)) {
-            Ok(changes) if changes.is_empty() => Ok(()),
-            Ok(_) => self.reload(),
+            Ok(_) => Ok(()),
             Err(e) if is_no_such_unit(&e) => Ok(()),
             Err(e) => Err(refused("disable", unit, e)),
         }

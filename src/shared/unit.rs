@@ -1,14 +1,16 @@
-//! etcd's systemd unit and environment file, rendered from the node's settings.
+//! etcd's systemd unit and its environment file.
 //!
-//! Pure text in, text out: the caller writes the results atomically to [`UNIT_FILE`] and
-//! [`ENV_FILE`]. etcd reads its whole configuration from `ETCD_*` variables, so the unit
-//! carries no per-node flags and only the environment file changes between nodes. The
-//! unit is the commented template `packaging/etcd.service.in`.
+//! The unit is the package's (`packaging/etcd.service`, installed as [`PACKAGED_UNIT_FILE`]):
+//! one file for every node, never rendered, so systemd has it loaded from boot and no
+//! start needs a daemon-reload. Everything that differs between nodes and releases is in
+//! the environment file, pure text rendered here from [`Settings`] ([`render_env_for`]);
+//! the controller (`crate::shared::service`) writes it atomically before every start, and
+//! points [`ETCD_LINK`], the unit's fixed `ExecStart=`, at `install.dir/etcd`.
 //!
 //! Rendering cannot fail: [`Settings`] is valid by construction, and every rule that
 //! keeps these files meaning what was intended (characters systemd takes literally in a
-//! path, no newline inside a value, no file where the sandbox hides it, a start timeout
-//! of at least a second) is checked by `config`, before the run waits for anything.
+//! path, no newline inside a value, no file where the sandbox hides it) is checked by
+//! `config`, before the run waits for anything.
 
 use crate::shared::advisory::Version;
 use crate::shared::config::{ClusterState, Settings, TlsFiles};
@@ -17,10 +19,22 @@ use crate::shared::member::ThisMember;
 /// etcd's unit.
 pub const ETCD_UNIT: &str = "etcd.service";
 
-/// Where the rendered unit goes.
-pub const UNIT_FILE: &str = "/etc/systemd/system/etcd.service";
+/// Where the package installs etcd's unit.
+pub const PACKAGED_UNIT_FILE: &str = "/lib/systemd/system/etcd.service";
 
-/// Where the rendered environment file goes; the unit's `EnvironmentFile=`. systemd reads
+/// Where agents before the packaged unit rendered etcd.service. One found there (it
+/// overrides the package's) is moved aside once, with the one daemon-reload of that
+/// migration (`crate::shared::service`).
+pub const LEGACY_UNIT_FILE: &str = "/etc/systemd/system/etcd.service";
+
+/// The first line of a unit an older agent rendered at [`LEGACY_UNIT_FILE`]: only such a
+/// file is moved aside; an operator's own unit there is left alone.
+pub const LEGACY_UNIT_HEADER: &str = "# etcd, installed by etcd-setup ";
+
+/// The unit's `ExecStart=`: a link to `install.dir/etcd`, made before every start.
+pub const ETCD_LINK: &str = "/var/lib/etcd-setup/etcd";
+
+/// Where the environment file goes; the unit's `EnvironmentFile=`. systemd reads
 /// it as root before dropping to the etcd user, so it can be 0600 root (it holds the
 /// cluster token).
 pub const ENV_FILE: &str = "/etc/etcd-setup/etcd.env";
@@ -30,72 +44,22 @@ pub const ENV_FILE: &str = "/etc/etcd-setup/etcd.env";
 /// after that start (`crate::shared::service` explains the design).
 pub const ONCE_ENV_FILE: &str = "/run/etcd-setup/etcd-once.env";
 
-/// The system user and group etcd runs as. The image (or the caller) creates them.
+/// The system user and group etcd runs as. The package creates them (sysusers.d).
 pub const ETCD_USER: &str = "etcd";
 
 /// The folders the unit's sandbox hides from etcd (`ProtectHome=`, `PrivateTmp=`): no
 /// data dir, binary or TLS file may lie below them. `config` enforces it.
 pub const HIDDEN_FROM_ETCD: [&str; 5] = ["/home", "/root", "/run/user", "/tmp", "/var/tmp"];
 
-/// The template, with its header comment.
-const TEMPLATE: &str = include_str!("../../packaging/etcd.service.in");
+/// The packaged unit, as the package installs it.
+pub const UNIT_TEXT: &str = include_str!("../../packaging/etcd.service");
 
-/// Renders `etcd.service` for [`UNIT_FILE`] from the template.
-pub fn render_unit(s: &Settings) -> String {
-    let data_dir = s.data_dir.display().to_string();
-    let user = ETCD_USER;
-    let members = s.initial_cluster.len();
-    let start_comment = if members > 1 && s.cluster_state == ClusterState::New {
-        format!(
-            "\
-# This member starts a new cluster of {members}: etcd sends READY=1 only once a quorum
-# has joined, so the first member booted waits for the others. The timeout covers
-# the slowest of them booting, finding its ISO and starting etcd; if it still runs out,
-# systemd kills etcd and Restart= starts it again."
-        )
-    } else {
-        "# etcd sends READY=1 once it serves clients; a lone or joining member is quick.".into()
-    };
-    let tls = match (&s.tls.client, &s.tls.peer) {
-        (None, None) => "off",
-        (Some(_), None) => "on for clients",
-        (None, Some(_)) => "on for peers",
-        (Some(_), Some(_)) => "on for clients and peers",
-    };
-    let data_dir_setup = match data_dir.strip_prefix("/var/lib/") {
-        Some(state_dir) => format!(
-            "\
-# systemd creates {data_dir} before etcd starts, mode 0700 and owned by {user}
-# (an existing one is chowned to {user}), and keeps it writable under ProtectSystem=.
-StateDirectory={state_dir}
-StateDirectoryMode=0700"
-        ),
-        None => format!(
-            "\
-# The data dir lies outside /var/lib, where StateDirectory= cannot manage it: create
-# it 0700 and owned by {user}, as root (\"+\": outside the sandbox), before every start.
-# Files already inside keep their owner.
-ExecStartPre=+/usr/bin/install -d -m 0700 -o {user} -g {user} {data_dir}"
-        ),
-    };
-    let body = TEMPLATE
-        .split_once("\n\n")
-        .map_or(TEMPLATE, |(_header, body)| body);
-    let values = [
-        ("{{VERSION}}", crate::VERSION.to_string()),
-        ("{{ENV_FILE}}", ENV_FILE.to_string()),
-        ("{{ONCE_ENV_FILE}}", ONCE_ENV_FILE.to_string()),
-        ("{{INSTALL_DIR}}", s.install_dir.display().to_string()),
-        ("{{START_COMMENT}}", start_comment),
-        ("{{TIMEOUT}}", s.start_timeout.as_secs().to_string()),
-        ("{{TLS}}", tls.to_string()),
-        ("{{USER}}", user.to_string()),
-        ("{{DATA_DIR_SETUP}}", data_dir_setup),
-        ("{{DATA_DIR}}", data_dir),
-    ];
-    values.iter().fold(body.to_string(), |text, (name, value)| {
-        text.replace(name, value)
-    })
+/// Whether etcd may ever have been started here: every start through etcd-setup makes
+/// [`ETCD_LINK`] first, and an older agent's node has its own [`LEGACY_UNIT_FILE`]. On a
+/// node with neither, etcd was never started: nothing to stop or disable.
+pub fn may_have_started() -> bool {
+    std::path::Path::new(ETCD_LINK).symlink_metadata().is_ok()
+        || std::path::Path::new(LEGACY_UNIT_FILE).exists()
 }
 
 /// How this member starts: the members it knows of and whether it bootstraps a new
@@ -285,7 +249,7 @@ pub fn render_env_for(s: &Settings, membership: &Membership, release: Option<Ver
     }
 
     let mut out = format!(
-        "# etcd's settings, written by etcd-setup {}; read by {UNIT_FILE}.\n\
+        "# etcd's settings, written by etcd-setup {}; read by {ETCD_UNIT}.\n\
          # Rewritten at every run of etcd-setup from its configuration.\n",
         crate::VERSION
     );
@@ -380,10 +344,6 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
         parse_with(HTTPS, TLS)
     }
 
-    fn with_tls_and(extra: &str) -> Settings {
-        parse_with(HTTPS, &format!("{TLS}{extra}"))
-    }
-
     fn env_of(s: &Settings) -> String {
         render_env(s, &Membership::configured(s))
     }
@@ -423,9 +383,9 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
     }
 
     #[test]
-    fn unit_is_a_hardened_notify_service_with_the_given_start_timeout() {
-        let unit = render_unit(&params());
-        let s = settings(&unit);
+    fn the_packaged_unit_is_a_hardened_notify_service_reading_everything_from_its_env() {
+        let unit = UNIT_TEXT;
+        let s = settings(unit);
         for line in [
             "[Unit]",
             "Wants=network-online.target",
@@ -434,18 +394,19 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
             "StartLimitBurst=5",
             "[Service]",
             "Type=notify",
+            "NotifyAccess=main",
             "EnvironmentFile=/etc/etcd-setup/etcd.env",
-            "ExecStart=/opt/bin/etcd",
+            "EnvironmentFile=-/run/etcd-setup/etcd-once.env",
+            "ExecStartPre=+/usr/bin/install -d -m 0700 -o etcd -g etcd ${ETCD_DATA_DIR}",
+            "ExecStart=/var/lib/etcd-setup/etcd",
             "Restart=on-failure",
             "RestartSec=5s",
-            "TimeoutStartSec=900s",
+            "TimeoutStartSec=infinity",
             "LimitNOFILE=65536",
             "User=etcd",
             "Group=etcd",
-            "StateDirectory=etcd",
-            "StateDirectoryMode=0700",
-            "ProtectSystem=strict",
-            "ReadWritePaths=/var/lib/etcd",
+            "UMask=0077",
+            "ProtectSystem=full",
             "ProtectHome=yes",
             "PrivateTmp=yes",
             "PrivateDevices=yes",
@@ -464,57 +425,59 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
         ] {
             assert!(s.contains(&line), "missing {line:?} in\n{unit}");
         }
-        assert!(!unit.contains("ExecStartPre"), "{unit}");
-        // Every setting is explained: no two setting lines follow a blank line uncommented
-        // at the start of a group.
-        assert!(unit.contains("waits for the others"), "{unit}");
+        // The constants the agent writes by are the ones the unit reads.
+        for (what, path) in [
+            ("EnvironmentFile=", ENV_FILE.to_string()),
+            ("EnvironmentFile=-", ONCE_ENV_FILE.to_string()),
+            ("ExecStart=", ETCD_LINK.to_string()),
+            ("User=", ETCD_USER.to_string()),
+        ] {
+            assert!(
+                s.contains(&format!("{what}{path}").as_str()),
+                "{what}{path}"
+            );
+        }
+        // Nothing of one node or one release: no path but the fixed ones, no name, no URL.
+        assert!(!unit.contains("{{"), "{unit}");
+        for node_specific in [
+            "/var/lib/etcd",
+            "/opt/bin",
+            "ReadWritePaths",
+            "StateDirectory",
+        ] {
+            assert!(
+                !s.iter()
+                    .any(|l| l.contains(node_specific) && !l.contains(ETCD_LINK)),
+                "{node_specific:?} in\n{unit}"
+            );
+        }
+        // Every setting is explained: a comment line comes before each group of settings.
+        let lines: Vec<&str> = unit.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let starts_group = i > 0 && lines[i - 1].is_empty();
+            if starts_group && !l.is_empty() && !l.starts_with('[') {
+                assert!(
+                    l.starts_with('#'),
+                    "uncommented group at line {}: {l}",
+                    i + 1
+                );
+            }
+        }
     }
 
+    /// The environment holds what the unit used to carry for one node: the data dir its
+    /// `ExecStartPre=` creates comes from `ETCD_DATA_DIR`.
     #[test]
-    fn unit_for_a_data_dir_outside_var_lib_creates_it_0700_before_start() {
-        let unit = render_unit(&params_and("[etcd]\ndata_dir = \"/srv/etcd/data\""));
-        let s = settings(&unit);
+    fn env_names_the_data_dir_the_unit_creates() {
+        let env = env_of(&params_and("[etcd]\ndata_dir = \"/srv/etcd/data\""));
         assert!(
-            s.contains(&"ExecStartPre=+/usr/bin/install -d -m 0700 -o etcd -g etcd /srv/etcd/data")
+            env.lines().any(|l| l == "ETCD_DATA_DIR=\"/srv/etcd/data\""),
+            "{env}"
         );
-        assert!(s.contains(&"ReadWritePaths=/srv/etcd/data"));
-        assert!(!s.iter().any(|l| l.starts_with("StateDirectory")), "{unit}");
-    }
-
-    #[test]
-    fn unit_for_a_data_dir_below_var_lib_uses_a_nested_state_directory() {
-        let p = params_and(
-            "[etcd]\ndata_dir = \"/var/lib/etcd/member-data/\"\n[install]\ndir = \"/usr/local/bin/\"",
-        );
-        let s = render_unit(&p);
-        assert!(
-            settings(&s).contains(&"StateDirectory=etcd/member-data"),
-            "{s}"
-        );
-        assert!(
-            settings(&s).contains(&"ExecStart=/usr/local/bin/etcd"),
-            "{s}"
-        );
-    }
-
-    #[test]
-    fn unit_for_a_lone_member_does_not_talk_about_quorum() {
-        let p = parse_with(
-            "etcd-1=http://10.1.1.11:2380",
-            "[etcd]\nstart_timeout = \"120s\"",
-        );
-        let unit = render_unit(&p);
-        assert!(!unit.contains("quorum"), "{unit}");
-        assert!(settings(&unit).contains(&"TimeoutStartSec=120s"));
-    }
-
-    #[test]
-    fn unit_with_tls_says_the_files_must_be_readable_by_etcd() {
-        let unit = render_unit(&with_tls());
-        assert!(unit.contains("TLS is on for clients and peers"), "{unit}");
-        assert!(unit.contains("must be readable by user etcd"), "{unit}");
-        // TLS changes no setting of the unit: the paths travel in the environment file.
-        assert_eq!(settings(&unit), settings(&render_unit(&params())));
+        let with = env_of(&with_tls());
+        let without = env_of(&params());
+        assert!(with.contains("ETCD_CERT_FILE="), "{with}");
+        assert!(!without.contains("ETCD_CERT_FILE="), "{without}");
     }
 
     #[test]
@@ -722,25 +685,12 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
         );
     }
 
+    /// `systemd-analyze verify` on the packaged unit, where the host has it. It runs
+    /// without systemd as PID 1 and needs ExecStart's binary to exist, so the copy it reads
+    /// names a stand-in for the link; it exits 0 even on unknown keys or bad values, so the
+    /// test reads what it says about the file.
     #[test]
-    fn the_template_has_a_header_and_every_placeholder_is_filled() {
-        assert!(TEMPLATE.starts_with("# Template of etcd.service"));
-        for s in [params(), with_tls_and("[etcd]\ndata_dir = \"/srv/etcd\"")] {
-            let unit = render_unit(&s);
-            assert!(!unit.contains("{{"), "{unit}");
-            assert!(!unit.contains("Template of"), "{unit}");
-            assert!(
-                unit.starts_with("# etcd, installed by etcd-setup "),
-                "{unit}"
-            );
-        }
-    }
-
-    /// `systemd-analyze verify` on the rendered units, where the host has it. It runs
-    /// without systemd as PID 1 and needs ExecStart's binary to exist; it exits 0 even
-    /// on unknown keys or bad values, so the test reads what it says about the file.
-    #[test]
-    fn systemd_analyze_verify_accepts_the_rendered_units() {
+    fn systemd_analyze_verify_accepts_the_packaged_unit() {
         if Command::new("systemd-analyze")
             .arg("--version")
             .output()
@@ -750,9 +700,7 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let etcd = bin.join("etcd");
+        let etcd = dir.path().join("etcd-bin");
         std::fs::write(&etcd, "#!/bin/sh\nexit 0\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&etcd, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -771,21 +719,16 @@ peer_trusted_ca = \"/etc/etcd/pki/ca.crt\"
                 .map(str::to_string)
                 .collect()
         };
-
-        let outside = with_tls_and("[etcd]\ndata_dir = \"/srv/etcd\"\n");
-        for (i, mut p) in [params(), outside].into_iter().enumerate() {
-            // The binary must exist; a temporary folder is refused by config (the sandbox
-            // hides /tmp), so it is set on the checked settings directly.
-            p.install_dir = bin.clone();
-            let text = render_unit(&p);
-            let said = complaints(&format!("etcd{i}.service"), &text);
-            assert!(said.is_empty(), "{said:#?}\n{text}");
-        }
+        let text = UNIT_TEXT.replace(
+            &format!("ExecStart={ETCD_LINK}"),
+            &format!("ExecStart={}", etcd.display()),
+        );
+        assert_ne!(text, UNIT_TEXT);
+        let said = complaints("etcd.service", &text);
+        assert!(said.is_empty(), "{said:#?}\n{text}");
 
         // The check is live on this host: a typo in a copy is reported.
-        let mut p = params();
-        p.install_dir = bin.clone();
-        let broken = render_unit(&p).replace("Restart=on-failure", "Restrat=on-failure");
+        let broken = text.replace("Restart=on-failure", "Restrat=on-failure");
         let said = complaints("broken.service", &broken);
         assert!(said.iter().any(|l| l.contains("Restrat")), "{said:#?}");
     }

@@ -14,6 +14,7 @@ fn files(dir: &Path) -> EnvFiles {
     EnvFiles {
         env: dir.join("etc/etcd.env"),
         once: dir.join("run/etcd-once.env"),
+        link: dir.join("var/etcd"),
     }
 }
 
@@ -151,7 +152,7 @@ fn a_crash_after_the_flag_was_written_leaves_it_for_no_later_start() {
 
 #[test]
 fn the_unit_removes_the_one_shot_file_after_its_start_and_reads_it_optionally() {
-    let unit = unit::render_unit(&settings());
+    let unit = unit::UNIT_TEXT;
     for line in [
         format!("EnvironmentFile=-{}", unit::ONCE_ENV_FILE),
         format!("ExecStartPost=-+/bin/rm -f {}", unit::ONCE_ENV_FILE),
@@ -163,6 +164,35 @@ fn the_unit_removes_the_one_shot_file_after_its_start_and_reads_it_optionally() 
         Path::new(unit::ONCE_ENV_FILE).parent(),
         Some(Path::new(crate::shared::report::RUN_DIR))
     );
+}
+
+/// Issue 24 item 1: every start points the packaged unit's fixed `ExecStart=` at the
+/// configured `install.dir/etcd`, replacing whatever was there (a link elsewhere, a file)
+/// without following it, and leaves nothing staged beside it.
+#[test]
+fn every_start_points_the_units_link_at_the_installed_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, f) = (settings(), files(dir.path()));
+    let want = s.install_dir.join("etcd");
+    drop(prepare(&s, &f, &Members::Keep, &[]).unwrap());
+    assert_eq!(std::fs::read_link(&f.link).unwrap(), want);
+    // An older link (another install.dir) and then a plain file are replaced.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::write(&elsewhere, "keep me").unwrap();
+    std::fs::remove_file(&f.link).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &f.link).unwrap();
+    drop(prepare(&s, &f, &Members::Keep, &[]).unwrap());
+    assert_eq!(std::fs::read_link(&f.link).unwrap(), want);
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "keep me");
+    std::fs::remove_file(&f.link).unwrap();
+    std::fs::write(&f.link, "a file").unwrap();
+    drop(prepare(&s, &f, &Members::Keep, &[]).unwrap());
+    assert_eq!(std::fs::read_link(&f.link).unwrap(), want);
+    let left: Vec<_> = std::fs::read_dir(f.link.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("etcd")]);
 }
 
 /// Issue 23 item 3: a start for a known release renders that release's flags and names it;
