@@ -86,13 +86,14 @@ impl std::str::FromStr for Recipient {
     /// key pasted by mistake is not repeated).
     fn from_str(s: &str) -> Result<Recipient, String> {
         // `get`, not an index: a non-ASCII text must not panic on a char boundary.
-        if s
-            .get(..IDENTITY_HRP.len())
+        if s.get(..IDENTITY_HRP.len())
             .is_some_and(|p| p.eq_ignore_ascii_case(IDENTITY_HRP))
         {
-            return Err("is a secret key (AGE-SECRET-KEY-1…), not a recipient: write its public \
+            return Err(
+                "is a secret key (AGE-SECRET-KEY-1…), not a recipient: write its public \
                         key (`age-keygen -y KEYFILE`) here, and keep the secret key off the node"
-                .into());
+                    .into(),
+            );
         }
         let (hrp, data) = bech32::decode(s).map_err(|e| format!("is no age recipient: {e}"))?;
         if hrp != RECIPIENT_HRP {
@@ -208,13 +209,9 @@ pub fn read_recipients(path: &Path) -> Result<Vec<Recipient>, Failure> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let r: Recipient = line.parse().map_err(|why| {
-            invalid(format!(
-                "{} line {}: the line {why}",
-                path.display(),
-                n + 1
-            ))
-        })?;
+        let r: Recipient = line
+            .parse()
+            .map_err(|why| invalid(format!("{} line {}: the line {why}", path.display(), n + 1)))?;
         out.push(r);
     }
     if out.is_empty() {
@@ -560,7 +557,10 @@ fn header_line(r: &mut dyn BufRead, taken: &mut Vec<u8>) -> Result<Vec<u8>, Open
                 format!("its header runs past {MAX_HEADER} bytes: no age file"),
             )
         } else {
-            open_err(OpenErrorKind::Truncated, "it ends inside its header: truncated")
+            open_err(
+                OpenErrorKind::Truncated,
+                "it ends inside its header: truncated",
+            )
         });
     }
     taken.extend_from_slice(&line);
@@ -664,7 +664,10 @@ fn unwrap(header: &Header, identity: &Identity) -> Result<[u8; FILE_KEY], OpenEr
             continue;
         }
         x25519 += 1;
-        let share: [u8; 32] = match (s.args.len(), s.args.get(1).and_then(|a| base64::decode(a.as_bytes()))) {
+        let share: [u8; 32] = match (
+            s.args.len(),
+            s.args.get(1).and_then(|a| base64::decode(a.as_bytes())),
+        ) {
             (2, Some(b)) if b.len() == 32 && s.body.len() == FILE_KEY + TAG => {
                 let mut share = [0u8; 32];
                 share.copy_from_slice(&b);
@@ -700,7 +703,11 @@ fn unwrap(header: &Header, identity: &Identity) -> Result<[u8; FILE_KEY], OpenEr
             }
         }
     }
-    let ours: Vec<String> = identity.recipients().iter().map(|r| r.to_string()).collect();
+    let ours: Vec<String> = identity
+        .recipients()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
     Err(if x25519 == 0 {
         open_err(
             OpenErrorKind::NotAge,
@@ -736,7 +743,8 @@ pub fn open(
     identity: &Identity,
     out: &mut dyn Write,
 ) -> Result<Opened, OpenError> {
-    let io_err = |what: &str, e: io::Error| open_err(OpenErrorKind::Io, format!("cannot {what}: {e}"));
+    let io_err =
+        |what: &str, e: io::Error| open_err(OpenErrorKind::Io, format!("cannot {what}: {e}"));
     let mut input = BufReader::with_capacity(16 * 1024, Tally::new(sealed));
     let header = read_header(&mut input)?;
     let mut file_key = unwrap(&header, identity)?;
@@ -805,7 +813,10 @@ pub fn open(
             return Err(if middle {
                 open_err(
                     OpenErrorKind::Truncated,
-                    format!("it ends after {} chunks without its last one: truncated", counter + 1),
+                    format!(
+                        "it ends after {} chunks without its last one: truncated",
+                        counter + 1
+                    ),
                 )
             } else if last {
                 open_err(
@@ -893,7 +904,13 @@ mod base64 {
 /// Bech32 (BIP 173, without its length limit, as age uses it).
 mod bech32 {
     const CHARSET: &[u8; 32] = b"qpzry9x8gf2tvdw0s3jn54khce6mua7l";
-    const GEN: [u32; 5] = [0x3b6a_57b2, 0x2650_8e6d, 0x1ea1_19fa, 0x3d42_33dd, 0x2a14_62b3];
+    const GEN: [u32; 5] = [
+        0x3b6a_57b2,
+        0x2650_8e6d,
+        0x1ea1_19fa,
+        0x3d42_33dd,
+        0x2a14_62b3,
+    ];
 
     fn polymod(values: impl Iterator<Item = u8>) -> u32 {
         let mut chk = 1u32;
@@ -935,11 +952,7 @@ mod bech32 {
 
     pub fn encode(hrp: &str, data: &[u8]) -> String {
         let five = to_five(data);
-        let chk = polymod(
-            hrp_expand(hrp)
-                .chain(five.iter().copied())
-                .chain([0u8; 6]),
-        ) ^ 1;
+        let chk = polymod(hrp_expand(hrp).chain(five.iter().copied()).chain([0u8; 6])) ^ 1;
         let mut s = format!("{hrp}1");
         s.extend(five.iter().map(|&v| CHARSET[v as usize] as char));
         s.extend((0..6).map(|i| CHARSET[(chk >> (5 * (5 - i)) & 31) as usize] as char));
@@ -1069,8 +1082,16 @@ mod tests {
         std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let e = Identity::read(&p).unwrap_err();
         assert_eq!(e.code, ReasonCode::ConfigInvalid);
-        assert!(e.message.contains(&format!("{} line 2", p.display())), "{}", e.message);
-        assert!(!e.headline().to_uppercase().contains("GFPYY"), "{}", e.message);
+        assert!(
+            e.message.contains(&format!("{} line 2", p.display())),
+            "{}",
+            e.message
+        );
+        assert!(
+            !e.headline().to_uppercase().contains("GFPYY"),
+            "{}",
+            e.message
+        );
         assert!(!format!("{e:?}").to_uppercase().contains("GFPYY"));
     }
 
