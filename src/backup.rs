@@ -3,4 +3,4 @@
 //! proves a plaintext snapshot restores before anyone relies on it.
 
 pub mod seal;
-
+pub mod trial;

@@ -104,6 +104,9 @@ pub enum ReasonCode {
     /// A TLS file does not fit: the key is not the certificate's, the certificate does not
     /// name this node's IP, or a file (a CA bundle, say) cannot be read as PEM.
     CertMismatch,
+    /// `backups verify`, `restore --from-backup`: a backup does not prove restorable (its
+    /// SHA-256, etcd's trailer or status, its revision, or the trial restore).
+    BackupVerifyFailed,
 }
 
 impl ReasonCode {
@@ -153,6 +156,7 @@ impl ReasonCode {
         ReasonCode::EtcdCorrupt,
         ReasonCode::CertExpired,
         ReasonCode::CertMismatch,
+        ReasonCode::BackupVerifyFailed,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -202,6 +206,7 @@ impl ReasonCode {
             ReasonCode::EtcdCorrupt => "etcd-corrupt",
             ReasonCode::CertExpired => "cert-expired",
             ReasonCode::CertMismatch => "cert-mismatch",
+            ReasonCode::BackupVerifyFailed => "backup-verify-failed",
         }
     }
 }
