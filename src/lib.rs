@@ -11,6 +11,7 @@ pub mod exit;
 pub mod reason;
 
 // The four parts of the agent (ARCHITECTURE.md maps them).
+pub mod backup;
 pub mod cluster;
 pub mod day2;
 pub mod road;

@@ -110,6 +110,9 @@ pub enum ReasonCode {
     /// `rotate-ca`: a trust bundle on disk does not hold the CA of this member's own
     /// certificate or of one a peer serves; a restart would cut the member off.
     CertUntrusted,
+    /// `backups verify`, `restore --from-backup`: a backup does not prove restorable (its
+    /// SHA-256, etcd's trailer or status, its revision, or the trial restore).
+    BackupVerifyFailed,
 }
 
 impl ReasonCode {
@@ -161,6 +164,7 @@ impl ReasonCode {
         ReasonCode::CertExpired,
         ReasonCode::CertMismatch,
         ReasonCode::CertUntrusted,
+        ReasonCode::BackupVerifyFailed,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -212,6 +216,7 @@ impl ReasonCode {
             ReasonCode::CertExpired => "cert-expired",
             ReasonCode::CertMismatch => "cert-mismatch",
             ReasonCode::CertUntrusted => "cert-untrusted",
+            ReasonCode::BackupVerifyFailed => "backup-verify-failed",
         }
     }
 }

@@ -31,7 +31,7 @@
 //! upgrade, leave or second restore beside it), with its operation record, and with
 //! signals held from etcd's stop until its start.
 
-mod bolt;
+pub(crate) mod bolt;
 pub mod identity;
 pub mod swap;
 

@@ -39,6 +39,9 @@ type Element = (u32, Vec<u8>, Vec<u8>);
 /// A bucket's key-value pairs, in key order.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// A bucket's count of key-value pairs and its last key.
+pub type Count = (u64, Option<Vec<u8>>);
+
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
@@ -148,7 +151,7 @@ impl Db {
         id: u64,
         depth: usize,
         budget: &mut usize,
-        out: &mut Vec<Element>,
+        out: &mut dyn FnMut(Element),
     ) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err("the tree is deeper than any real one (a loop?)".into());
@@ -172,34 +175,58 @@ impl Db {
     /// The key-value pairs of the top-level bucket `name` (none if it is absent); nested
     /// buckets are left out.
     pub fn bucket(&self, name: &[u8]) -> Result<Option<Pairs>, String> {
-        let mut budget = MAX_PAGES;
-        let mut top = Vec::new();
-        self.tree(self.root, 0, &mut budget, &mut top)?;
-        let Some((_, _, value)) = top
-            .into_iter()
-            .find(|(f, k, _)| f & BUCKET_FLAG != 0 && k == name)
-        else {
-            return Ok(None);
+        let mut pairs = Vec::new();
+        let found = self.each(name, MAX_PAGES, &mut |(f, k, v)| {
+            if f & BUCKET_FLAG == 0 {
+                pairs.push((k, v));
+            }
+        })?;
+        Ok(found.then_some(pairs))
+    }
+
+    /// How many key-value pairs the top-level bucket `name` holds and its last key (none
+    /// if it is absent), reading at most `max_pages` pages and holding one at a time.
+    pub fn count(&self, name: &[u8], max_pages: usize) -> Result<Option<Count>, String> {
+        let (mut n, mut last) = (0u64, None);
+        let found = self.each(name, max_pages, &mut |(f, k, _)| {
+            if f & BUCKET_FLAG == 0 {
+                n += 1;
+                last = Some(k);
+            }
+        })?;
+        Ok(found.then_some((n, last)))
+    }
+
+    /// Calls `f` with every element of the top-level bucket `name`, in key order;
+    /// whether the bucket is there.
+    fn each(
+        &self,
+        name: &[u8],
+        max_pages: usize,
+        f: &mut dyn FnMut(Element),
+    ) -> Result<bool, String> {
+        let mut budget = max_pages;
+        let mut value = None;
+        self.tree(self.root, 0, &mut budget, &mut |(fl, k, v)| {
+            if fl & BUCKET_FLAG != 0 && k == name {
+                value = Some(v);
+            }
+        })?;
+        let Some(value) = value else {
+            return Ok(false);
         };
         let root = u64_at(&value, 0).ok_or("a bucket header is cut short")?;
-        let mut elements = Vec::new();
         if root == 0 {
-            leaf(value.get(16..).unwrap_or_default(), &mut elements)?;
+            leaf(value.get(16..).unwrap_or_default(), f)?;
         } else {
-            self.tree(root, 1, &mut budget, &mut elements)?;
+            self.tree(root, 1, &mut budget, f)?;
         }
-        Ok(Some(
-            elements
-                .into_iter()
-                .filter(|(f, _, _)| f & BUCKET_FLAG == 0)
-                .map(|(_, k, v)| (k, v))
-                .collect(),
-        ))
+        Ok(true)
     }
 }
 
 /// The elements of the leaf page `page` (positions count from each element's header).
-fn leaf(page: &[u8], out: &mut Vec<Element>) -> Result<(), String> {
+fn leaf(page: &[u8], out: &mut dyn FnMut(Element)) -> Result<(), String> {
     let count = usize::from(u16_at(page, 10).ok_or("a leaf page is cut short")?);
     for i in 0..count {
         let e = PAGE_HEADER + i * ELEMENT;
@@ -213,7 +240,7 @@ fn leaf(page: &[u8], out: &mut Vec<Element>) -> Result<(), String> {
         let end = v0.checked_add(vsize).ok_or_else(short)?;
         let key = page.get(k0..v0).ok_or_else(short)?.to_vec();
         let value = page.get(v0..end).ok_or_else(short)?.to_vec();
-        out.push((flags, key, value));
+        out((flags, key, value));
     }
     Ok(())
 }
