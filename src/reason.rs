@@ -104,6 +104,23 @@ pub enum ReasonCode {
     /// A TLS file does not fit: the key is not the certificate's, the certificate does not
     /// name this node's IP, or a file (a CA bundle, say) cannot be read as PEM.
     CertMismatch,
+    /// The backup bucket's endpoint could not be reached (DNS, refused, timed out, cut).
+    BackupUnreachable,
+    /// The TLS handshake with the backup endpoint failed (unknown CA, wrong name, not TLS).
+    BackupTlsRefused,
+    /// The object store refused the backup keys (`SignatureDoesNotMatch`, `InvalidAccessKeyId`,
+    /// `AccessDenied`).
+    BackupDenied,
+    /// The backup bucket does not exist (`NoSuchBucket`).
+    BackupBucketMissing,
+    /// The backup bucket's quota is full (`QuotaExceeded`).
+    BackupQuotaExceeded,
+    /// The object store refused the request's time (`RequestTimeTooSkewed`): the node's clock is off.
+    BackupClockSkew,
+    /// Another error of the object store, or an answer it should not give.
+    BackupFailed,
+    /// The object read back from the bucket differs from what was sent (digest or length).
+    BackupVerifyFailed,
 }
 
 impl ReasonCode {
@@ -153,6 +170,14 @@ impl ReasonCode {
         ReasonCode::EtcdCorrupt,
         ReasonCode::CertExpired,
         ReasonCode::CertMismatch,
+        ReasonCode::BackupUnreachable,
+        ReasonCode::BackupTlsRefused,
+        ReasonCode::BackupDenied,
+        ReasonCode::BackupBucketMissing,
+        ReasonCode::BackupQuotaExceeded,
+        ReasonCode::BackupClockSkew,
+        ReasonCode::BackupFailed,
+        ReasonCode::BackupVerifyFailed,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -202,6 +227,14 @@ impl ReasonCode {
             ReasonCode::EtcdCorrupt => "etcd-corrupt",
             ReasonCode::CertExpired => "cert-expired",
             ReasonCode::CertMismatch => "cert-mismatch",
+            ReasonCode::BackupUnreachable => "backup-unreachable",
+            ReasonCode::BackupTlsRefused => "backup-tls-refused",
+            ReasonCode::BackupDenied => "backup-denied",
+            ReasonCode::BackupBucketMissing => "backup-bucket-missing",
+            ReasonCode::BackupQuotaExceeded => "backup-quota-exceeded",
+            ReasonCode::BackupClockSkew => "backup-clock-skew",
+            ReasonCode::BackupFailed => "backup-failed",
+            ReasonCode::BackupVerifyFailed => "backup-verify-failed",
         }
     }
 }
