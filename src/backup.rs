@@ -1,6 +1,14 @@
-//! Backups off the node (SPEC, "Off the node"): their content side. [`seal`] encrypts a
-//! snapshot to the operators' age recipients and opens what `age` encrypted; [`trial`]
-//! proves a plaintext snapshot restores before anyone relies on it.
+//! Backups off the node (SPEC, "Off the node"): snapshots encrypted, uploaded to an S3
+//! bucket, read back and verified.
+//!
+//! Content side: [`seal`] encrypts a snapshot to the operators' age recipients and opens
+//! what `age` encrypted; [`trial`] proves a plaintext snapshot restores before anyone
+//! relies on it. Bucket side: `sigv4.rs` signs requests (AWS Signature V4, by hand),
+//! `s3.rs` is the client (HTTP/1.1 over rustls, streaming multipart upload), `bucket.rs`
+//! the objects' names, metadata, retention and the upload of one snapshot.
 
+pub mod bucket;
+pub mod s3;
 pub mod seal;
+pub mod sigv4;
 pub mod trial;

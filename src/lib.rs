@@ -10,7 +10,7 @@ pub mod cli;
 pub mod exit;
 pub mod reason;
 
-// The four parts of the agent (ARCHITECTURE.md maps them).
+// The parts of the agent (ARCHITECTURE.md maps them).
 pub mod backup;
 pub mod cluster;
 pub mod day2;

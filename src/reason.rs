@@ -112,6 +112,24 @@ pub enum ReasonCode {
     CertUntrusted,
     /// `backups verify`, `restore --from-backup`: a backup does not prove restorable (its
     /// SHA-256, etcd's trailer or status, its revision, or the trial restore).
+    /// The backup bucket's endpoint could not be reached (DNS, refused, timed out, cut).
+    BackupUnreachable,
+    /// The TLS handshake with the backup endpoint failed (unknown CA, wrong name, not TLS).
+    BackupTlsRefused,
+    /// The object store refused the backup keys (`SignatureDoesNotMatch`, `InvalidAccessKeyId`,
+    /// `AccessDenied`).
+    BackupDenied,
+    /// The backup bucket does not exist (`NoSuchBucket`).
+    BackupBucketMissing,
+    /// The backup bucket's quota is full (`QuotaExceeded`).
+    BackupQuotaExceeded,
+    /// The object store refused the request's time (`RequestTimeTooSkewed`): the node's clock is off.
+    BackupClockSkew,
+    /// Another error of the object store, or an answer it should not give.
+    BackupFailed,
+    /// A backup fails its proof: the object read back differs from what was sent, or
+    /// (`backups verify`, `restore --from-backup`) its SHA-256, etcd's trailer or status,
+    /// its revision, or the trial restore.
     BackupVerifyFailed,
 }
 
@@ -164,6 +182,13 @@ impl ReasonCode {
         ReasonCode::CertExpired,
         ReasonCode::CertMismatch,
         ReasonCode::CertUntrusted,
+        ReasonCode::BackupUnreachable,
+        ReasonCode::BackupTlsRefused,
+        ReasonCode::BackupDenied,
+        ReasonCode::BackupBucketMissing,
+        ReasonCode::BackupQuotaExceeded,
+        ReasonCode::BackupClockSkew,
+        ReasonCode::BackupFailed,
         ReasonCode::BackupVerifyFailed,
     ];
 
@@ -216,6 +241,13 @@ impl ReasonCode {
             ReasonCode::CertExpired => "cert-expired",
             ReasonCode::CertMismatch => "cert-mismatch",
             ReasonCode::CertUntrusted => "cert-untrusted",
+            ReasonCode::BackupUnreachable => "backup-unreachable",
+            ReasonCode::BackupTlsRefused => "backup-tls-refused",
+            ReasonCode::BackupDenied => "backup-denied",
+            ReasonCode::BackupBucketMissing => "backup-bucket-missing",
+            ReasonCode::BackupQuotaExceeded => "backup-quota-exceeded",
+            ReasonCode::BackupClockSkew => "backup-clock-skew",
+            ReasonCode::BackupFailed => "backup-failed",
             ReasonCode::BackupVerifyFailed => "backup-verify-failed",
         }
     }

@@ -26,12 +26,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Value;
 
+mod backup;
 pub mod certs;
 mod cluster;
 mod data;
 mod raw;
 mod values;
 
+pub use backup::{
+    BackupSettings, Credentials, Endpoint, Recipient, Secret, DEFAULT_BACKUP_RETAIN,
+    DEFAULT_PERIOD, DEFAULT_PREFIX, DEFAULT_REGION,
+};
 pub use data::{
     DataSettings, MaintainSettings, SnapshotSettings, DEFAULT_QUOTA, DEFAULT_SNAPSHOT_DIR,
 };
@@ -183,6 +188,8 @@ pub struct Settings {
     pub limits: archive::Limits,
     /// Day 2: the quota, the Prometheus listener, `[snapshot]` and `[maintain]`.
     pub data: DataSettings,
+    /// `[backup]`: the S3 bucket snapshots go to; off when `None`.
+    pub backup: Option<BackupSettings>,
 }
 
 impl Settings {
@@ -197,10 +204,15 @@ impl Settings {
     }
 }
 
-/// Reads and validates the configuration file at `path`.
+/// Reads and validates the configuration file at `path`, and the files `[backup]` names
+/// (keys, recipients: [`BackupSettings::check_files`]).
 pub fn load(path: &Path) -> Result<Settings, Failure> {
     let text = read_text(path)?;
-    parse(&text, path)
+    let settings = parse(&text, path)?;
+    if let Some(backup) = &settings.backup {
+        backup.check_files()?;
+    }
+    Ok(settings)
 }
 
 /// Validates configuration `text`; `path` names the file in messages.

@@ -227,6 +227,10 @@ impl Checker<'_> {
             raw.maintain.unwrap_or_default(),
             &ports,
         )?;
+        let backup = match raw.backup {
+            Some(b) => Some(self.backup(b)?),
+            None => None,
+        };
         let start_timeout = self.duration(
             "etcd.start_timeout",
             etcd.start_timeout,
@@ -370,6 +374,7 @@ impl Checker<'_> {
             tls,
             limits,
             data,
+            backup,
         })
     }
 

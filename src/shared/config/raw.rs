@@ -195,6 +195,7 @@ pub(super) struct RawFile {
     pub(super) limits: Option<RawLimits>,
     pub(super) snapshot: Option<RawSnapshot>,
     pub(super) maintain: Option<RawMaintain>,
+    pub(super) backup: Option<RawBackup>,
 }
 
 #[derive(Deserialize, Default)]
@@ -283,4 +284,23 @@ pub(super) struct RawMaintain {
     pub(super) min_fragmented_percent: Option<Value>,
     pub(super) defrag_timeout: Option<Value>,
     pub(super) lock_wait: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackup {
+    pub(super) endpoint: Option<Value>,
+    pub(super) allow_http: Option<Value>,
+    pub(super) bucket: Option<Value>,
+    pub(super) prefix: Option<Value>,
+    pub(super) region: Option<Value>,
+    pub(super) path_style: Option<Value>,
+    pub(super) ca_file: Option<Value>,
+    pub(super) access_key_file: Option<Value>,
+    pub(super) secret_key_file: Option<Value>,
+    pub(super) recipients_file: Option<Value>,
+    pub(super) encrypt: Option<Value>,
+    pub(super) identity_file: Option<Value>,
+    pub(super) retain: Option<Value>,
+    pub(super) period: Option<Value>,
 }

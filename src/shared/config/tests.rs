@@ -118,6 +118,27 @@ fn the_documented_example_parses_to_its_typed_values() {
                 lock_wait: Duration::from_secs(1800),
             },
         },
+        backup: Some(BackupSettings {
+            endpoint: Endpoint {
+                tls: true,
+                host: "s3.example.org".into(),
+                port: 443,
+                explicit_port: false,
+            },
+            bucket: "etcd-backups".into(),
+            prefix: "etcd-setup/".into(),
+            region: "us-east-1".into(),
+            path_style: true,
+            ca_file: Some("/etc/etcd-setup/s3-ca.pem".into()),
+            access_key_file: "/etc/etcd-setup/s3-access-key".into(),
+            secret_key_file: "/etc/etcd-setup/s3-secret-key".into(),
+            recipients_file: Some("/etc/etcd-setup/backup-recipients".into()),
+            encrypt: true,
+            identity_file: Some("/etc/etcd-setup/backup-identity".into()),
+            retain: 10,
+            period: Duration::from_secs(6 * 3600),
+            config: PATH.into(),
+        }),
     };
     assert_eq!(s, expected);
     assert_eq!(
@@ -845,3 +866,5 @@ fn doubtful_day_two_values_are_refused_naming_the_key() {
         parse_text(&ok).unwrap_or_else(|f| panic!("{ok}: {}", f.message));
     }
 }
+
+mod backup;

@@ -1,0 +1,455 @@
+//! The backups in the bucket: the objects' names and metadata, the upload of one snapshot
+//! (streamed, sealed, read back and compared), retention, and whether an upload is due.
+//!
+//! ```text
+//! <prefix><cluster ID, 16 hex>/<UTC time>-rev<revision>-<member>.db.age   (encrypted)
+//! etcd-setup/8e9e05c52164694d/20261201T094500Z-rev4711-etcd-1.db.age
+//! etcd-setup/8e9e05c52164694d/20261201T094500Z-rev4711-etcd-1.db          (encrypt = false)
+//! ```
+//!
+//! An object counts as a backup only once it was read back and matched: the upload then
+//! rewrites its metadata with `object-sha256` and `verified = read-back`. Retention touches
+//! only objects whose name has this grammar under this cluster's prefix and whose metadata
+//! names this cluster, and never the newest verified one.
+
+use super::s3::{Client, Digest256, Head, S3Result};
+use crate::reason::{Failure, ReasonCode};
+use crate::shared::config::BackupSettings;
+use crate::shared::report::file_stamp;
+use sha2::{Digest, Sha256};
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What an object's metadata says (names without `x-amz-meta-`).
+pub mod key {
+    /// The cluster ID, 16 hex.
+    pub const CLUSTER: &str = "etcd-setup-cluster-id";
+    /// The member that took the snapshot.
+    pub const MEMBER: &str = "etcd-setup-member";
+    /// etcd's revision in it.
+    pub const REVISION: &str = "etcd-setup-revision";
+    /// The etcd version that took it.
+    pub const ETCD_VERSION: &str = "etcd-setup-etcd-version";
+    /// SHA-256 of the snapshot file (the plaintext).
+    pub const PLAIN_SHA256: &str = "etcd-setup-plain-sha256";
+    /// SHA-256 of the object as stored (after sealing); set once read back.
+    pub const OBJECT_SHA256: &str = "etcd-setup-object-sha256";
+    /// `read-back` once the object was read back and matched.
+    pub const VERIFIED: &str = "etcd-setup-verified";
+    /// The agent's version.
+    pub const AGENT: &str = "etcd-setup-agent";
+    /// When the snapshot was taken (RFC 3339).
+    pub const TIME: &str = "etcd-setup-time";
+    /// Whether it is age-encrypted (`age`) or not (`none`).
+    pub const SEAL: &str = "etcd-setup-seal";
+}
+
+/// The snapshot an object is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    /// The cluster's ID.
+    pub cluster: u64,
+    /// The member that took it.
+    pub member: String,
+    /// etcd's revision in it.
+    pub revision: i64,
+    /// The etcd version that took it.
+    pub etcd_version: String,
+    /// When it was taken.
+    pub time: SystemTime,
+}
+
+/// What an object name of ours says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectName {
+    /// When the snapshot was taken (to the second).
+    pub time: SystemTime,
+    /// Its revision.
+    pub revision: i64,
+    /// The member.
+    pub member: String,
+    /// `.db.age` (true) or `.db`.
+    pub sealed: bool,
+}
+
+/// The folder of `cluster`'s objects: `<prefix><cluster ID>/`.
+pub fn cluster_prefix(settings: &BackupSettings, cluster: u64) -> String {
+    format!("{}{cluster:016x}/", settings.prefix)
+}
+
+/// The object name of `meta`'s snapshot.
+pub fn object_name(settings: &BackupSettings, meta: &Meta) -> String {
+    format!(
+        "{}{}-rev{}-{}{}",
+        cluster_prefix(settings, meta.cluster),
+        file_stamp(meta.time),
+        meta.revision,
+        meta.member,
+        if settings.encrypt { ".db.age" } else { ".db" }
+    )
+}
+
+/// Parses the last part of an object name (after the cluster prefix); `None` unless it is
+/// exactly our grammar.
+pub fn parse_name(name: &str) -> Option<ObjectName> {
+    let (rest, sealed) = match name.strip_suffix(".db.age") {
+        Some(r) => (r, true),
+        None => (name.strip_suffix(".db")?, false),
+    };
+    // `20261201T094500Z` is 16 bytes of ASCII.
+    let stamp = rest.get(..16)?;
+    let rest = rest.get(16..)?.strip_prefix("-rev")?;
+    let (revision, member) = rest.split_once('-')?;
+    if revision.is_empty() || !revision.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let member_ok = !member.is_empty()
+        && member.len() <= 63
+        && member
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !member_ok {
+        return None;
+    }
+    Some(ObjectName {
+        time: parse_stamp(stamp)?,
+        revision: revision.parse().ok()?,
+        member: member.to_string(),
+        sealed,
+    })
+}
+
+/// `20261201T094500Z` as a time.
+fn parse_stamp(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<u64> {
+        let p = s.get(r)?;
+        p.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| p.parse().ok())?
+    };
+    let (y, mo, d) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (h, mi, se) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    if !(1970..=9999).contains(&y)
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&d)
+        || h > 23
+        || mi > 59
+        || se > 59
+    {
+        return None;
+    }
+    // Howard Hinnant's days_from_civil.
+    let yy = if mo <= 2 { y - 1 } else { y };
+    let era = yy / 400;
+    let yoe = yy - era * 400;
+    let doy = (153 * ((mo + 9) % 12) + 2) / 5 + d - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    let t = UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + mi * 60 + se);
+    // 31 February and the like come back as another date: refuse them.
+    (file_stamp(t) == s).then_some(t)
+}
+
+/// The metadata an upload starts with.
+fn upload_meta(settings: &BackupSettings, meta: &Meta, plain: &Digest256) -> Vec<(String, String)> {
+    vec![
+        (key::CLUSTER.into(), format!("{:016x}", meta.cluster)),
+        (key::MEMBER.into(), meta.member.clone()),
+        (key::REVISION.into(), meta.revision.to_string()),
+        (key::ETCD_VERSION.into(), meta.etcd_version.clone()),
+        (key::PLAIN_SHA256.into(), super::sigv4::hex(&plain.sha256)),
+        (key::AGENT.into(), env!("CARGO_PKG_VERSION").to_string()),
+        (key::TIME.into(), crate::shared::report::rfc3339(meta.time)),
+        (
+            key::SEAL.into(),
+            if settings.encrypt { "age" } else { "none" }.into(),
+        ),
+    ]
+}
+
+/// What one upload left in the bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uploaded {
+    /// The object's key.
+    pub key: String,
+    /// The object as sent and read back.
+    pub object: Digest256,
+    /// The snapshot file.
+    pub plain: Digest256,
+}
+
+/// Seals a plaintext stream into an output (the age helper's `seal` with the recipients).
+pub type Seal<'a> = dyn FnMut(&mut dyn Read, &mut dyn Write) -> Result<(), Failure> + 'a;
+
+/// A reader that hashes what it reads.
+struct Hashing<R> {
+    inner: R,
+    hasher: Sha256,
+    len: u64,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+}
+
+fn digest_of(file: &Path) -> Result<Digest256, Failure> {
+    let f = std::fs::File::open(file).map_err(|e| Failure::io(file, "cannot open", e))?;
+    let mut h = Hashing {
+        inner: f,
+        hasher: Sha256::new(),
+        len: 0,
+    };
+    io::copy(&mut h, &mut io::sink()).map_err(|e| Failure::io(file, "cannot read", e))?;
+    Ok(Digest256 {
+        len: h.len,
+        sha256: h.hasher.finalize().into(),
+    })
+}
+
+/// Whether what came back is what was sent; `backup-verify-failed` naming the object
+/// when not.
+pub fn verify_read_back(
+    client_shown: &str,
+    key: &str,
+    sent: &Digest256,
+    got: &Digest256,
+) -> Result<(), Failure> {
+    if sent == got {
+        return Ok(());
+    }
+    Err(Failure::new(
+        ReasonCode::BackupVerifyFailed,
+        format!(
+            "{key} in {client_shown}: read back {} bytes with SHA-256 {}, but {} bytes with \
+             SHA-256 {} were sent; the object does not count as a backup",
+            got.len,
+            super::sigv4::hex(&got.sha256),
+            sent.len,
+            super::sigv4::hex(&sent.sha256)
+        ),
+    ))
+}
+
+/// Uploads `snapshot` (a verified snapshot file) as the object of `meta`: the file hashed,
+/// then streamed through `seal` (when `settings.encrypt`) into the bucket, read back and
+/// compared, then marked verified in its metadata. Memory is bounded to one part.
+pub fn upload_snapshot(
+    settings: &BackupSettings,
+    client: &Client,
+    snapshot: &Path,
+    meta: &Meta,
+    seal: &mut Seal<'_>,
+) -> Result<Uploaded, Failure> {
+    let plain = digest_of(snapshot)?;
+    let name = object_name(settings, meta);
+    let mut metadata = upload_meta(settings, meta, &plain);
+    let file =
+        std::fs::File::open(snapshot).map_err(|e| Failure::io(snapshot, "cannot open", e))?;
+    let mut reader = Hashing {
+        inner: io::BufReader::with_capacity(1 << 20, file),
+        hasher: Sha256::new(),
+        len: 0,
+    };
+    let mut upload = client.upload(&name, &metadata);
+    if settings.encrypt {
+        seal(&mut reader, &mut upload)?;
+    } else {
+        io::copy(&mut reader, &mut upload).map_err(|e| match e.into_inner() {
+            Some(inner) => match inner.downcast::<super::s3::S3Error>() {
+                Ok(s3) => Failure::from(*s3),
+                Err(other) => Failure::io(snapshot, "cannot read", io::Error::other(other)),
+            },
+            None => Failure::new(
+                ReasonCode::BackupFailed,
+                format!("cannot upload {}", snapshot.display()),
+            ),
+        })?;
+    }
+    let sent = upload.finish()?;
+    let again = Digest256 {
+        len: reader.len,
+        sha256: reader.hasher.finalize().into(),
+    };
+    if again != plain {
+        return Err(Failure::new(
+            ReasonCode::BackupFailed,
+            format!(
+                "{} changed while it was uploaded as {name}; the object does not count",
+                snapshot.display()
+            ),
+        ));
+    }
+    let got = client.get(&name, &mut io::sink())?;
+    verify_read_back(&format!("{client:?}"), &name, &sent, &got)?;
+    metadata.push((key::OBJECT_SHA256.into(), super::sigv4::hex(&sent.sha256)));
+    metadata.push((key::VERIFIED.into(), "read-back".into()));
+    client.set_meta(&name, &metadata)?;
+    Ok(Uploaded {
+        key: name,
+        object: sent,
+        plain,
+    })
+}
+
+/// One object of this cluster in the bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backup {
+    /// Its key.
+    pub key: String,
+    /// What its name says.
+    pub name: ObjectName,
+    /// Its size.
+    pub size: u64,
+}
+
+/// The objects under `cluster`'s prefix whose names are ours, newest first.
+pub fn backups(settings: &BackupSettings, client: &Client, cluster: u64) -> S3Result<Vec<Backup>> {
+    let prefix = cluster_prefix(settings, cluster);
+    let mut out: Vec<Backup> = client
+        .list(&prefix, 1000)?
+        .into_iter()
+        .filter_map(|o| {
+            let name = parse_name(o.key.strip_prefix(&prefix)?)?;
+            Some(Backup {
+                key: o.key,
+                name,
+                size: o.size,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.name.time.cmp(&a.name.time).then(b.key.cmp(&a.key)));
+    Ok(out)
+}
+
+/// Whether `head` says the object is this cluster's and was verified.
+fn ours(head: &Head, cluster: u64) -> bool {
+    head.get(key::CLUSTER) == Some(&format!("{cluster:016x}"))
+}
+
+fn verified(head: &Head) -> bool {
+    head.get(key::VERIFIED) == Some("read-back") && head.get(key::OBJECT_SHA256).is_some()
+}
+
+/// Whether an upload is due at `now`: the newest verified object of `cluster` is older than
+/// `settings.period`, or there is none.
+pub fn upload_due(
+    settings: &BackupSettings,
+    client: &Client,
+    cluster: u64,
+    now: SystemTime,
+) -> S3Result<bool> {
+    for b in backups(settings, client, cluster)? {
+        let Some(head) = client.head(&b.key)? else {
+            continue;
+        };
+        if ours(&head, cluster) && verified(&head) {
+            let age = now.duration_since(b.name.time).unwrap_or(Duration::ZERO);
+            return Ok(age >= settings.period);
+        }
+    }
+    Ok(true)
+}
+
+/// What retention did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// The objects deleted.
+    pub deleted: Vec<String>,
+    /// The incomplete uploads aborted.
+    pub aborted: Vec<String>,
+}
+
+/// Keeps the newest `settings.retain` objects of `cluster`: deletes older ones that are
+/// ours by name and metadata, never the newest verified one; aborts our incomplete uploads
+/// named more than one period before `now` (a live upload is younger).
+pub fn prune(
+    settings: &BackupSettings,
+    client: &Client,
+    cluster: u64,
+    now: SystemTime,
+) -> S3Result<Pruned> {
+    let mut pruned = Pruned::default();
+    let mut newest_verified_seen = false;
+    let keep = usize::try_from(settings.retain).unwrap_or(usize::MAX);
+    for (i, b) in backups(settings, client, cluster)?.into_iter().enumerate() {
+        let Some(head) = client.head(&b.key)? else {
+            continue;
+        };
+        if !ours(&head, cluster) {
+            continue;
+        }
+        let is_verified = verified(&head);
+        let newest_verified = is_verified && !newest_verified_seen;
+        newest_verified_seen |= is_verified;
+        if i < keep || newest_verified {
+            continue;
+        }
+        client.delete(&b.key)?;
+        pruned.deleted.push(b.key);
+    }
+    let prefix = cluster_prefix(settings, cluster);
+    for u in client.list_uploads(&prefix)? {
+        let Some(name) = u.key.strip_prefix(&prefix).and_then(parse_name) else {
+            continue;
+        };
+        if now.duration_since(name.time).unwrap_or(Duration::ZERO) < settings.period {
+            continue;
+        }
+        client.abort_upload(&u.key, &u.upload_id)?;
+        pruned.aborted.push(u.key);
+    }
+    Ok(pruned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_nothing_else_parses() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_796_118_300);
+        let n = parse_name("20261201T094500Z-rev4711-etcd-1.db.age").unwrap();
+        assert_eq!(n.time, t);
+        assert_eq!(
+            (n.revision, n.member.as_str(), n.sealed),
+            (4711, "etcd-1", true)
+        );
+        assert!(
+            !parse_name("20261201T094500Z-rev4711-etcd-1.db")
+                .unwrap()
+                .sealed
+        );
+        for bad in [
+            "20261201T094500Z-rev4711-etcd-1.db.gz",
+            "20261231T094500Z-rev-etcd-1.db",
+            "20260231T094500Z-rev1-etcd-1.db",
+            "20261201T094500Z-rev1-.db",
+            "20261201T094500Z-rev1-a/b.db",
+            "x20261201T094500Z-rev1-etcd-1.db",
+            "notes.txt",
+        ] {
+            assert_eq!(parse_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_read_back_that_differs_is_its_own_reason() {
+        let sent = Digest256 {
+            len: 10,
+            sha256: [1; 32],
+        };
+        verify_read_back("s3", "k", &sent, &sent).unwrap();
+        let e = verify_read_back("s3", "k", &sent, &Digest256 { len: 9, ..sent }).unwrap_err();
+        assert_eq!(e.code, ReasonCode::BackupVerifyFailed);
+        assert!(e.message.contains("k in s3"), "{}", e.message);
+    }
+}

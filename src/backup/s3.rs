@@ -1,0 +1,1165 @@
+//! A small S3 client for the backups: SigV4-signed HTTP/1.1 over TLS (rustls, ring), one
+//! connection a request, bodies bounded to one part in memory.
+//!
+//! Operations: a streaming [`Upload`] (`std::io::Write`: one PUT below the part size,
+//! multipart above it, aborted on error or drop), [`Client::get`] into a `Write`,
+//! [`Client::head`] (user metadata), [`Client::list`] (ListObjectsV2, every page),
+//! [`Client::delete`], and the incomplete multipart uploads under a prefix
+//! ([`Client::list_uploads`], [`Client::abort_upload`]). Every error names the endpoint,
+//! the bucket and key and S3's own code and message; never a key.
+
+use super::sigv4::{self, Canonical, EMPTY_SHA256};
+use crate::reason::{Failure, ReasonCode};
+use crate::shared::config::{BackupSettings, Credentials, Endpoint};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// The part size of a multipart upload, and the most an upload holds in memory.
+pub const PART_SIZE: usize = 16 << 20;
+/// The smallest part S3 takes (every part but the last).
+pub const MIN_PART_SIZE: usize = 5 << 20;
+/// The system's CA bundle, the trust roots when `backup.ca_file` is not given.
+pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The largest response body read into memory (listings, errors).
+const MAX_BODY: usize = 16 << 20;
+/// The longest wait for a connection, and for each read or write on it.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+const IO_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What kind of failure, one per thing an operator fixes differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// No connection (DNS, refused, timed out, reset).
+    Unreachable,
+    /// The TLS handshake failed (unknown CA, wrong name, or not TLS at all).
+    Tls,
+    /// The store refused the keys (`SignatureDoesNotMatch`, `InvalidAccessKeyId`,
+    /// `AccessDenied`).
+    Denied,
+    /// `NoSuchBucket`.
+    NoBucket,
+    /// `QuotaExceeded` (CloudStack's bucket quota, RGW's user quota).
+    Quota,
+    /// `RequestTimeTooSkewed`: the node's clock is off.
+    Skew,
+    /// `NoSuchKey` / 404.
+    NotFound,
+    /// Anything else the store answered, or a malformed answer.
+    Other,
+}
+
+impl ErrorKind {
+    /// The reason code an operator sees.
+    pub fn reason(self) -> ReasonCode {
+        match self {
+            ErrorKind::Unreachable => ReasonCode::BackupUnreachable,
+            ErrorKind::Tls => ReasonCode::BackupTlsRefused,
+            ErrorKind::Denied => ReasonCode::BackupDenied,
+            ErrorKind::NoBucket => ReasonCode::BackupBucketMissing,
+            ErrorKind::Quota => ReasonCode::BackupQuotaExceeded,
+            ErrorKind::Skew => ReasonCode::BackupClockSkew,
+            ErrorKind::NotFound | ErrorKind::Other => ReasonCode::BackupFailed,
+        }
+    }
+}
+
+/// A failed S3 request: its kind and the one sentence naming endpoint, bucket, key and
+/// S3's code and message.
+#[derive(Debug, Clone)]
+pub struct S3Error {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// S3's error code when it answered one (`SignatureDoesNotMatch`).
+    pub code: Option<String>,
+    /// The sentence.
+    pub message: String,
+}
+
+impl fmt::Display for S3Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for S3Error {}
+
+impl From<S3Error> for Failure {
+    fn from(e: S3Error) -> Failure {
+        Failure::new(e.kind.reason(), e.message)
+    }
+}
+
+/// The result of a request that failed.
+pub type S3Result<T> = Result<T, S3Error>;
+
+/// An object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// Its key.
+    pub key: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// `LastModified` as the store wrote it (RFC 3339).
+    pub last_modified: String,
+}
+
+/// An incomplete multipart upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingUpload {
+    /// Its key.
+    pub key: String,
+    /// Its upload ID.
+    pub upload_id: String,
+    /// `Initiated` as the store wrote it.
+    pub initiated: String,
+}
+
+/// What `head` says about an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// `Content-Length`.
+    pub size: u64,
+    /// The user metadata (`x-amz-meta-NAME`), names in lower case without the prefix.
+    pub meta: Vec<(String, String)>,
+}
+
+impl Head {
+    /// The value of metadata `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.meta
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What was sent or received: its length and SHA-256.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest256 {
+    /// Bytes.
+    pub len: u64,
+    /// SHA-256 of them.
+    pub sha256: [u8; 32],
+}
+
+/// The client of one bucket.
+pub struct Client {
+    endpoint: Endpoint,
+    bucket: String,
+    region: String,
+    path_style: bool,
+    credentials: Credentials,
+    key_files: (PathBuf, PathBuf),
+    tls: Option<Arc<rustls::ClientConfig>>,
+    part_size: usize,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.endpoint.to_string())
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("path_style", &self.path_style)
+            .field("credentials", &"<redacted>")
+            .finish()
+    }
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => match s.read(buf) {
+                // A server that closes without close_notify after a complete response.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
+                other => other,
+            },
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// A response whose head was read; the body still on the connection.
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: BufReader<Stream>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One request.
+struct Req<'a> {
+    /// What it does, for messages ("upload", "list", …).
+    op: &'a str,
+    method: &'a str,
+    key: Option<&'a str>,
+    query: Vec<(String, String)>,
+    headers: Vec<(String, String)>,
+    body: &'a [u8],
+}
+
+impl Client {
+    /// The client of `settings`' bucket with `credentials` (from
+    /// [`BackupSettings::credentials`]). Fails when the trust roots cannot be read.
+    pub fn new(settings: &BackupSettings, credentials: Credentials) -> Result<Client, Failure> {
+        let tls = if settings.endpoint.tls {
+            Some(Arc::new(tls_config(settings)?))
+        } else {
+            None
+        };
+        Ok(Client {
+            endpoint: settings.endpoint.clone(),
+            bucket: settings.bucket.clone(),
+            region: settings.region.clone(),
+            path_style: settings.path_style,
+            credentials,
+            key_files: (
+                settings.access_key_file.clone(),
+                settings.secret_key_file.clone(),
+            ),
+            tls,
+            part_size: PART_SIZE,
+        })
+    }
+
+    /// The part size of uploads (tests use a small one; at least S3's 5 MiB).
+    pub fn with_part_size(mut self, part_size: usize) -> Client {
+        self.part_size = part_size.max(MIN_PART_SIZE);
+        self
+    }
+
+    /// The part size of uploads.
+    pub fn part_size(&self) -> usize {
+        self.part_size
+    }
+
+    /// `s3://bucket/key at https://endpoint`, for messages.
+    fn shown(&self, key: Option<&str>) -> String {
+        format!(
+            "s3://{}/{} at {}",
+            self.bucket,
+            key.unwrap_or(""),
+            self.endpoint
+        )
+    }
+
+    fn err(
+        &self,
+        kind: ErrorKind,
+        op: &str,
+        key: Option<&str>,
+        what: impl fmt::Display,
+    ) -> S3Error {
+        S3Error {
+            kind,
+            code: None,
+            message: format!("{op} {}: {what}", self.shown(key)),
+        }
+    }
+
+    /// The host to connect to and name in `Host` and SNI, and the request path.
+    fn host_and_path(&self, key: Option<&str>) -> (String, String, String) {
+        let key_path = key.map(|k| sigv4::uri_encode(k, true)).unwrap_or_default();
+        if self.path_style {
+            let path = match key {
+                Some(_) => format!("/{}/{key_path}", self.bucket),
+                None => format!("/{}", self.bucket),
+            };
+            (self.endpoint.host.clone(), self.endpoint.authority(), path)
+        } else {
+            let host = format!("{}.{}", self.bucket, self.endpoint.host);
+            (
+                host,
+                format!("{}.{}", self.bucket, self.endpoint.authority()),
+                format!("/{key_path}"),
+            )
+        }
+    }
+
+    fn connect(&self, op: &str, key: Option<&str>, host: &str) -> S3Result<Stream> {
+        let unreachable = |e: &dyn fmt::Display| {
+            self.err(
+                ErrorKind::Unreachable,
+                op,
+                key,
+                format_args!("cannot connect: {e}"),
+            )
+        };
+        let addrs: Vec<_> = (host, self.endpoint.port)
+            .to_socket_addrs()
+            .map_err(|e| unreachable(&e))?
+            .collect();
+        let mut last = None;
+        let mut tcp = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    tcp = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let tcp = match (tcp, last) {
+            (Some(t), _) => t,
+            (None, Some(e)) => return Err(unreachable(&e)),
+            (None, None) => return Err(unreachable(&"no address")),
+        };
+        let _ = tcp.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = tcp.set_write_timeout(Some(IO_TIMEOUT));
+        let _ = tcp.set_nodelay(true);
+        let Some(config) = &self.tls else {
+            return Ok(Stream::Plain(tcp));
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+            self.err(
+                ErrorKind::Tls,
+                op,
+                key,
+                format_args!("{host} is no TLS server name: {e}"),
+            )
+        })?;
+        let conn = rustls::ClientConnection::new(config.clone(), name)
+            .map_err(|e| self.err(ErrorKind::Tls, op, key, format_args!("TLS: {e}")))?;
+        let mut s = rustls::StreamOwned::new(conn, tcp);
+        // The handshake now, so that its failure is named as one.
+        while s.conn.is_handshaking() {
+            if let Err(e) = s.conn.complete_io(&mut s.sock) {
+                let tls = e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>())
+                    || e.kind() == io::ErrorKind::InvalidData;
+                let kind = if tls {
+                    ErrorKind::Tls
+                } else {
+                    ErrorKind::Unreachable
+                };
+                return Err(self.err(
+                    kind,
+                    op,
+                    key,
+                    format_args!("TLS handshake with {}: {e}", self.endpoint),
+                ));
+            }
+        }
+        Ok(Stream::Tls(Box::new(s)))
+    }
+
+    /// Sends `req` and reads the response's head.
+    fn send(&self, req: &Req<'_>) -> S3Result<Response> {
+        let (host, authority, path) = self.host_and_path(req.key);
+        let amz_date = crate::shared::report::file_stamp(SystemTime::now());
+        let payload = if req.body.is_empty() {
+            EMPTY_SHA256.to_string()
+        } else {
+            sigv4::sha256_hex(req.body)
+        };
+        let mut headers = vec![
+            ("host".to_string(), authority),
+            ("x-amz-content-sha256".to_string(), payload.clone()),
+            ("x-amz-date".to_string(), amz_date.clone()),
+        ];
+        headers.extend(req.headers.iter().cloned());
+        let auth = sigv4::authorization(
+            self.credentials.access_key.expose(),
+            self.credentials.secret_key.expose(),
+            &self.region,
+            &amz_date,
+            &Canonical {
+                method: req.method,
+                path: &path,
+                query: &req.query,
+                headers: &headers,
+                payload_sha256: &payload,
+            },
+        );
+        let query = sigv4::canonical_query(&req.query);
+        let target = if query.is_empty() {
+            path
+        } else {
+            format!("{path}?{query}")
+        };
+        let mut head = format!("{} {target} HTTP/1.1\r\n", req.method);
+        for (k, v) in &headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!(
+            "authorization: {auth}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            req.body.len()
+        ));
+        let mut stream = self.connect(req.op, req.key, &host)?;
+        let io_err = |e: io::Error| {
+            self.err(
+                ErrorKind::Unreachable,
+                req.op,
+                req.key,
+                format_args!("connection lost: {e}"),
+            )
+        };
+        stream.write_all(head.as_bytes()).map_err(io_err)?;
+        stream.write_all(req.body).map_err(io_err)?;
+        stream.flush().map_err(io_err)?;
+        let mut reader = BufReader::with_capacity(64 << 10, stream);
+        let mut line = String::new();
+        let status = loop {
+            line.clear();
+            read_line(&mut reader, &mut line).map_err(io_err)?;
+            let status = line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse::<u16>().ok())
+                .ok_or_else(|| {
+                    self.err(
+                        ErrorKind::Other,
+                        req.op,
+                        req.key,
+                        format_args!("not an HTTP answer: {:?}", line.trim_end()),
+                    )
+                })?;
+            let mut headers = Vec::new();
+            loop {
+                line.clear();
+                read_line(&mut reader, &mut line).map_err(io_err)?;
+                let l = line.trim_end();
+                if l.is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = l.split_once(':') {
+                    headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+                }
+            }
+            // 100 Continue is never asked for; skip any informational answer.
+            if (100..200).contains(&status) {
+                continue;
+            }
+            break (status, headers);
+        };
+        Ok(Response {
+            status: status.0,
+            headers: status.1,
+            body: reader,
+        })
+    }
+
+    /// Reads the body of `resp` into `out` (Content-Length, chunked, or to the close).
+    fn body_into(
+        &self,
+        op: &str,
+        key: Option<&str>,
+        resp: &mut Response,
+        head: bool,
+        out: &mut dyn Write,
+    ) -> S3Result<u64> {
+        if head || resp.status == 204 || resp.status == 304 {
+            return Ok(0);
+        }
+        let lost = |e: io::Error| {
+            self.err(
+                ErrorKind::Unreachable,
+                op,
+                key,
+                format_args!("connection lost while reading: {e}"),
+            )
+        };
+        let chunked = resp
+            .header("transfer-encoding")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+        let mut total = 0u64;
+        if chunked {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                read_line(&mut resp.body, &mut line).map_err(lost)?;
+                let size = line.trim().split(';').next().unwrap_or("");
+                let size = u64::from_str_radix(size.trim(), 16)
+                    .map_err(|_| self.err(ErrorKind::Other, op, key, "malformed chunked body"))?;
+                if size == 0 {
+                    // Trailers, up to the empty line.
+                    loop {
+                        line.clear();
+                        read_line(&mut resp.body, &mut line).map_err(lost)?;
+                        if line.trim().is_empty() {
+                            break;
+                        }
+                    }
+                    return Ok(total);
+                }
+                let n = io::copy(&mut (&mut resp.body).take(size), out).map_err(lost)?;
+                if n != size {
+                    return Err(lost(io::ErrorKind::UnexpectedEof.into()));
+                }
+                total += n;
+                line.clear();
+                read_line(&mut resp.body, &mut line).map_err(lost)?;
+            }
+        }
+        match resp.header("content-length").map(str::parse::<u64>) {
+            Some(Ok(len)) => {
+                let n = io::copy(&mut (&mut resp.body).take(len), out).map_err(lost)?;
+                if n != len {
+                    return Err(lost(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("{n} of {len} bytes"),
+                    )));
+                }
+                Ok(n)
+            }
+            Some(Err(_)) => Err(self.err(ErrorKind::Other, op, key, "malformed Content-Length")),
+            None => io::copy(&mut resp.body, out).map_err(lost),
+        }
+    }
+
+    /// The body of `resp`, at most 16 MiB, as text.
+    fn body_text(
+        &self,
+        op: &str,
+        key: Option<&str>,
+        resp: &mut Response,
+        head: bool,
+    ) -> S3Result<String> {
+        let mut buf = Bounded(Vec::new());
+        self.body_into(op, key, resp, head, &mut buf)?;
+        Ok(String::from_utf8_lossy(&buf.0).into_owned())
+    }
+
+    /// `req` sent; a 2xx answer's response, else the S3 error it carries.
+    fn call(&self, req: &Req<'_>) -> S3Result<Response> {
+        let mut resp = self.send(req)?;
+        if (200..300).contains(&resp.status) {
+            return Ok(resp);
+        }
+        let body = self
+            .body_text(req.op, req.key, &mut resp, req.method == "HEAD")
+            .unwrap_or_default();
+        Err(self.s3_error(req, resp.status, &body))
+    }
+
+    fn s3_error(&self, req: &Req<'_>, status: u16, body: &str) -> S3Error {
+        let code = xml_field(body, "Code");
+        let message = xml_field(body, "Message").filter(|m| !m.is_empty());
+        let kind = match (code.as_deref(), status) {
+            (Some("SignatureDoesNotMatch" | "InvalidAccessKeyId" | "AccessDenied"), _) => {
+                ErrorKind::Denied
+            }
+            (Some("NoSuchBucket"), _) => ErrorKind::NoBucket,
+            (Some("QuotaExceeded"), _) => ErrorKind::Quota,
+            (Some("RequestTimeTooSkewed"), _) => ErrorKind::Skew,
+            (Some("NoSuchKey" | "NoSuchUpload"), _) | (None, 404) => ErrorKind::NotFound,
+            (None, 403) => ErrorKind::Denied,
+            _ => ErrorKind::Other,
+        };
+        let mut what = format!(
+            "{} (HTTP {status})",
+            code.as_deref().unwrap_or("no S3 error code")
+        );
+        if let Some(m) = &message {
+            what.push_str(&format!(": {}", one_line(m)));
+        }
+        match kind {
+            ErrorKind::Denied => what.push_str(&format!(
+                "; the store refused the keys: check backup.access_key_file {} and \
+                 backup.secret_key_file {}, and the bucket's policy",
+                self.key_files.0.display(),
+                self.key_files.1.display()
+            )),
+            ErrorKind::Skew => what.push_str("; the node's clock is off: check NTP (timedatectl)"),
+            ErrorKind::NoBucket => what.push_str("; check backup.bucket"),
+            ErrorKind::Quota => {
+                what.push_str("; the bucket's quota is full: raise it or lower backup.retain")
+            }
+            _ => {}
+        }
+        S3Error {
+            kind,
+            message: format!("{} {}: {what}", req.op, self.shown(req.key)),
+            code,
+        }
+    }
+
+    /// Starts a streaming upload of `key` with user metadata `meta` (names without
+    /// `x-amz-meta-`, values printable ASCII).
+    pub fn upload(&self, key: &str, meta: &[(String, String)]) -> Upload<'_> {
+        Upload {
+            client: self,
+            key: key.to_string(),
+            meta: meta_headers(meta),
+            buf: Vec::new(),
+            upload_id: None,
+            parts: Vec::new(),
+            hasher: Sha256::new(),
+            len: 0,
+            failed: None,
+            done: false,
+        }
+    }
+
+    /// Downloads `key` into `out`; its length and SHA-256.
+    pub fn get(&self, key: &str, out: &mut dyn Write) -> S3Result<Digest256> {
+        let req = Req {
+            op: "download",
+            method: "GET",
+            key: Some(key),
+            query: Vec::new(),
+            headers: Vec::new(),
+            body: &[],
+        };
+        let mut resp = self.call(&req)?;
+        let mut tee = Hashing {
+            inner: out,
+            hasher: Sha256::new(),
+        };
+        let len = self.body_into("download", Some(key), &mut resp, false, &mut tee)?;
+        Ok(Digest256 {
+            len,
+            sha256: tee.hasher.finalize().into(),
+        })
+    }
+
+    /// The size and user metadata of `key`; `None` when there is no such object.
+    pub fn head(&self, key: &str) -> S3Result<Option<Head>> {
+        let req = Req {
+            op: "head",
+            method: "HEAD",
+            key: Some(key),
+            query: Vec::new(),
+            headers: Vec::new(),
+            body: &[],
+        };
+        let resp = match self.call(&req) {
+            Ok(r) => r,
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let size = resp
+            .header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let meta = resp
+            .headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("x-amz-meta-")?.to_string(), v.clone())))
+            .collect();
+        Ok(Some(Head { size, meta }))
+    }
+
+    /// Every object under `prefix` (ListObjectsV2, `page` keys a request), in key order.
+    pub fn list(&self, prefix: &str, page: u32) -> S3Result<Vec<Object>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut query = vec![
+                ("list-type".to_string(), "2".to_string()),
+                ("prefix".to_string(), prefix.to_string()),
+                ("max-keys".to_string(), page.to_string()),
+            ];
+            if let Some(t) = &token {
+                query.push(("continuation-token".to_string(), t.clone()));
+            }
+            let req = Req {
+                op: "list",
+                method: "GET",
+                key: None,
+                query,
+                headers: Vec::new(),
+                body: &[],
+            };
+            let mut resp = self.call(&req)?;
+            let body = self.body_text("list", None, &mut resp, false)?;
+            for block in xml_blocks(&body, "Contents") {
+                let (Some(key), Some(size)) = (xml_field(block, "Key"), xml_field(block, "Size"))
+                else {
+                    continue;
+                };
+                out.push(Object {
+                    key,
+                    size: size.parse().unwrap_or(0),
+                    last_modified: xml_field(block, "LastModified").unwrap_or_default(),
+                });
+            }
+            let truncated = xml_field(&body, "IsTruncated").as_deref() == Some("true");
+            token = xml_field(&body, "NextContinuationToken");
+            if !truncated || token.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Replaces the user metadata of `key` by `meta` (a copy onto itself, the data kept).
+    pub fn set_meta(&self, key: &str, meta: &[(String, String)]) -> S3Result<()> {
+        let mut headers = vec![
+            (
+                "x-amz-copy-source".to_string(),
+                format!("/{}/{}", self.bucket, sigv4::uri_encode(key, true)),
+            ),
+            (
+                "x-amz-metadata-directive".to_string(),
+                "REPLACE".to_string(),
+            ),
+        ];
+        headers.extend(meta_headers(meta));
+        let req = Req {
+            op: "set metadata of",
+            method: "PUT",
+            key: Some(key),
+            query: Vec::new(),
+            headers,
+            body: &[],
+        };
+        let mut resp = self.call(&req)?;
+        let body = self.body_text(req.op, req.key, &mut resp, false)?;
+        if body.contains("<Error>") {
+            return Err(self.s3_error(&req, 200, &body));
+        }
+        Ok(())
+    }
+
+    /// Deletes `key` (no error when it is gone already).
+    pub fn delete(&self, key: &str) -> S3Result<()> {
+        let req = Req {
+            op: "delete",
+            method: "DELETE",
+            key: Some(key),
+            query: Vec::new(),
+            headers: Vec::new(),
+            body: &[],
+        };
+        match self.call(&req) {
+            Ok(_)
+            | Err(S3Error {
+                kind: ErrorKind::NotFound,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The incomplete multipart uploads under `prefix`.
+    pub fn list_uploads(&self, prefix: &str) -> S3Result<Vec<PendingUpload>> {
+        let mut out = Vec::new();
+        let mut markers: Option<(String, String)> = None;
+        loop {
+            let mut query = vec![
+                ("uploads".to_string(), String::new()),
+                ("prefix".to_string(), prefix.to_string()),
+            ];
+            if let Some((k, u)) = &markers {
+                query.push(("key-marker".to_string(), k.clone()));
+                query.push(("upload-id-marker".to_string(), u.clone()));
+            }
+            let req = Req {
+                op: "list incomplete uploads",
+                method: "GET",
+                key: None,
+                query,
+                headers: Vec::new(),
+                body: &[],
+            };
+            let mut resp = self.call(&req)?;
+            let body = self.body_text(req.op, None, &mut resp, false)?;
+            for block in xml_blocks(&body, "Upload") {
+                let (Some(key), Some(upload_id)) =
+                    (xml_field(block, "Key"), xml_field(block, "UploadId"))
+                else {
+                    continue;
+                };
+                out.push(PendingUpload {
+                    key,
+                    upload_id,
+                    initiated: xml_field(block, "Initiated").unwrap_or_default(),
+                });
+            }
+            let truncated = xml_field(&body, "IsTruncated").as_deref() == Some("true");
+            let next =
+                xml_field(&body, "NextKeyMarker").zip(xml_field(&body, "NextUploadIdMarker"));
+            match next {
+                Some(n) if truncated && markers.as_ref() != Some(&n) => markers = Some(n),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Aborts the multipart upload `upload_id` of `key`.
+    pub fn abort_upload(&self, key: &str, upload_id: &str) -> S3Result<()> {
+        let req = Req {
+            op: "abort upload",
+            method: "DELETE",
+            key: Some(key),
+            query: vec![("uploadId".to_string(), upload_id.to_string())],
+            headers: Vec::new(),
+            body: &[],
+        };
+        match self.call(&req) {
+            Ok(_)
+            | Err(S3Error {
+                kind: ErrorKind::NotFound,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A streaming upload: bytes written are sent in parts of the client's part size (one PUT
+/// when they all fit in one); [`Upload::finish`] completes it. On an error, or when
+/// dropped unfinished, a started multipart upload is aborted.
+pub struct Upload<'c> {
+    client: &'c Client,
+    key: String,
+    meta: Vec<(String, String)>,
+    buf: Vec<u8>,
+    upload_id: Option<String>,
+    parts: Vec<(u32, String)>,
+    hasher: Sha256,
+    len: u64,
+    failed: Option<S3Error>,
+    done: bool,
+}
+
+impl fmt::Debug for Upload<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upload")
+            .field("key", &self.key)
+            .field("len", &self.len)
+            .field("parts", &self.parts.len())
+            .finish()
+    }
+}
+
+impl Upload<'_> {
+    fn req<'b>(
+        &'b self,
+        op: &'b str,
+        method: &'b str,
+        query: Vec<(String, String)>,
+        body: &'b [u8],
+    ) -> Req<'b> {
+        Req {
+            op,
+            method,
+            key: Some(&self.key),
+            query,
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    fn start(&mut self) -> S3Result<()> {
+        let mut req = self.req(
+            "upload",
+            "POST",
+            vec![("uploads".into(), String::new())],
+            &[],
+        );
+        req.headers = self.meta.clone();
+        let c = self.client;
+        let mut resp = c.call(&req)?;
+        let body = c.body_text("upload", Some(&self.key), &mut resp, false)?;
+        let id = xml_field(&body, "UploadId").ok_or_else(|| {
+            c.err(
+                ErrorKind::Other,
+                "upload",
+                Some(&self.key),
+                "no UploadId in the answer to CreateMultipartUpload",
+            )
+        })?;
+        self.upload_id = Some(id);
+        Ok(())
+    }
+
+    fn send_part(&mut self) -> S3Result<()> {
+        if self.upload_id.is_none() {
+            self.start()?;
+        }
+        let number = self.parts.len() as u32 + 1;
+        let id = self.upload_id.clone().unwrap_or_default();
+        let c = self.client;
+        let req = self.req(
+            "upload",
+            "PUT",
+            vec![
+                ("partNumber".into(), number.to_string()),
+                ("uploadId".into(), id),
+            ],
+            &self.buf,
+        );
+        let resp = c.call(&req)?;
+        let etag = resp.header("etag").unwrap_or("").to_string();
+        self.parts.push((number, etag));
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        if let Some(id) = self.upload_id.take() {
+            let _ = self.client.abort_upload(&self.key, &id);
+        }
+    }
+
+    /// Sends what is left and completes the upload: the length and SHA-256 of every byte
+    /// written.
+    pub fn finish(mut self) -> S3Result<Digest256> {
+        let r = self.finish_inner();
+        if r.is_err() {
+            self.abort();
+        }
+        self.done = true;
+        r
+    }
+
+    fn finish_inner(&mut self) -> S3Result<Digest256> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let c = self.client;
+        if self.upload_id.is_none() {
+            let mut req = self.req("upload", "PUT", Vec::new(), &self.buf);
+            req.headers = self.meta.clone();
+            c.call(&req)?;
+        } else {
+            if !self.buf.is_empty() {
+                self.send_part()?;
+            }
+            let mut xml = String::from("<CompleteMultipartUpload>");
+            for (n, etag) in &self.parts {
+                xml.push_str(&format!(
+                    "<Part><PartNumber>{n}</PartNumber><ETag>{}</ETag></Part>",
+                    xml_escape(etag)
+                ));
+            }
+            xml.push_str("</CompleteMultipartUpload>");
+            let id = self.upload_id.clone().unwrap_or_default();
+            let req = self.req(
+                "upload",
+                "POST",
+                vec![("uploadId".into(), id)],
+                xml.as_bytes(),
+            );
+            let mut resp = c.call(&req)?;
+            // S3 may answer 200 and still fail the completion in the body.
+            let body = c.body_text("upload", Some(&self.key), &mut resp, false)?;
+            if body.contains("<Error>") {
+                return Err(c.s3_error(&req, 200, &body));
+            }
+            self.upload_id = None;
+        }
+        Ok(Digest256 {
+            len: self.len,
+            sha256: self.hasher.clone().finalize().into(),
+        })
+    }
+}
+
+impl Write for Upload<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if let Some(e) = &self.failed {
+            return Err(io::Error::other(e.clone()));
+        }
+        let part = self.client.part_size;
+        let room = part - self.buf.len();
+        let n = data.len().min(room);
+        self.buf.extend_from_slice(&data[..n]);
+        self.hasher.update(&data[..n]);
+        self.len += n as u64;
+        if self.buf.len() == part {
+            if let Err(e) = self.send_part() {
+                self.failed = Some(e.clone());
+                self.abort();
+                return Err(io::Error::other(e));
+            }
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Upload<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.abort();
+        }
+    }
+}
+
+/// User metadata as `x-amz-meta-NAME` headers.
+fn meta_headers(meta: &[(String, String)]) -> Vec<(String, String)> {
+    meta.iter()
+        .map(|(k, v)| (format!("x-amz-meta-{}", k.to_ascii_lowercase()), v.clone()))
+        .collect()
+}
+
+/// A `Write` that hashes what passes.
+struct Hashing<'a> {
+    inner: &'a mut dyn Write,
+    hasher: Sha256,
+}
+
+impl Write for Hashing<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A `Vec` that refuses more than [`MAX_BODY`].
+struct Bounded(Vec<u8>);
+
+impl Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_BODY {
+            return Err(io::Error::other("answer larger than 16 MiB"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One header line, at most 64 KiB; EOF before its end is an error.
+fn read_line(r: &mut BufReader<Stream>, line: &mut String) -> io::Result<()> {
+    let n = r.by_ref().take(64 << 10).read_line(line)?;
+    if n == 0 || !line.ends_with('\n') {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the answer ended early",
+        ));
+    }
+    Ok(())
+}
+
+/// The trust roots: `ca_file` alone when given, else the system bundle.
+fn tls_config(settings: &BackupSettings) -> Result<rustls::ClientConfig, Failure> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let (file, key) = match &settings.ca_file {
+        Some(f) => (f.clone(), "backup.ca_file"),
+        None => (PathBuf::from(SYSTEM_BUNDLE), "the system CA bundle"),
+    };
+    let bad = |why: String| {
+        Failure::new(
+            ReasonCode::ConfigInvalid,
+            format!("{key}: {}: {why}", file.display()),
+        )
+    };
+    let pem = std::fs::read(&file).map_err(|e| bad(format!("cannot read: {e}")))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| bad(format!("not PEM certificates: {e}")))?;
+        // A bundle may hold a certificate webpki cannot use as an anchor; skip it.
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err(bad("holds no usable CA certificate".into()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(format!("TLS setup: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
+}
+
+/// The text of the first `<name>…</name>` in `xml`, entities decoded.
+fn xml_field(xml: &str, name: &str) -> Option<String> {
+    xml_blocks(xml, name).next().map(xml_unescape)
+}
+
+/// The insides of every `<name>…</name>` in `xml` (not nested in each other).
+fn xml_blocks<'a>(xml: &'a str, name: &str) -> impl Iterator<Item = &'a str> + 'a {
+    let open = format!("<{name}>");
+    let close = format!("</{name}>");
+    let mut rest = xml;
+    std::iter::from_fn(move || {
+        let start = rest.find(&open)? + open.len();
+        let len = rest[start..].find(&close)?;
+        let inner = &rest[start..start + len];
+        rest = &rest[start + len + close.len()..];
+        Some(inner)
+    })
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&#34;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Outside text on one line, bounded.
+fn one_line(s: &str) -> String {
+    let s: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(300)
+        .collect();
+    s.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_fields_and_blocks_are_found_and_decoded() {
+        let xml = "<ListBucketResult><IsTruncated>true</IsTruncated>\
+            <Contents><Key>a&amp;b</Key><Size>3</Size></Contents>\
+            <Contents><Key>c</Key><Size>4</Size></Contents>\
+            <NextContinuationToken>t&lt;1</NextContinuationToken></ListBucketResult>";
+        let keys: Vec<_> = xml_blocks(xml, "Contents")
+            .filter_map(|b| xml_field(b, "Key"))
+            .collect();
+        assert_eq!(keys, ["a&b", "c"]);
+        assert_eq!(
+            xml_field(xml, "NextContinuationToken").as_deref(),
+            Some("t<1")
+        );
+        assert_eq!(xml_field(xml, "Nothing"), None);
+    }
+}

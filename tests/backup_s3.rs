@@ -1,0 +1,542 @@
+//! The S3 client against a real object store: Ceph's radosgw from Debian's packages,
+//! started once for this file by `tests/support/radosgw` (one mon, one memstore OSD, rgw on
+//! loopback with http and https), stopped when the test process exits. No mock S3.
+mod support;
+
+use etcd_setup::backup::s3::{Client, ErrorKind, MIN_PART_SIZE};
+use etcd_setup::reason::{Failure, ReasonCode};
+use etcd_setup::shared::config::{self, BackupSettings};
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The radosgw of this test process.
+struct Store {
+    dir: PathBuf,
+    http: String,
+    https: String,
+    ca: PathBuf,
+    access: PathBuf,
+    secret: PathBuf,
+    bucket: String,
+}
+
+static STORE: OnceLock<Store> = OnceLock::new();
+static DIR: OnceLock<PathBuf> = OnceLock::new();
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/radosgw")
+}
+
+extern "C" fn stop_store() {
+    if let Some(dir) = DIR.get() {
+        let _ = Command::new(script()).arg("stop").arg(dir).status();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Three free loopback ports in a row: PORT, PORT+1 (the monitor), PORT+2 (https).
+fn ports() -> (u16, u16) {
+    for _ in 0..50 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        drop(l);
+        if p > 65000 {
+            continue;
+        }
+        let free = |q: u16| TcpListener::bind(("127.0.0.1", q)).is_ok();
+        if free(p) && free(p + 1) && free(p + 2) {
+            return (p, p + 2);
+        }
+    }
+    panic!("no three free loopback ports in a row");
+}
+
+fn store() -> &'static Store {
+    STORE.get_or_init(|| {
+        let dir = support::scratch::dir("radosgw").keep();
+        DIR.set(dir.clone()).unwrap();
+        // SAFETY: registers a plain function to run at exit; it touches only statics.
+        unsafe { nix::libc::atexit(stop_store) };
+        let (port, tls) = ports();
+        let out = Command::new(script())
+            .arg("start")
+            .arg(&dir)
+            .arg(port.to_string())
+            .arg(tls.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "radosgw did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let get = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                .unwrap_or_else(|| panic!("no {k} in {text}"))
+                .to_string()
+        };
+        Store {
+            http: get("endpoint"),
+            https: get("tls_endpoint"),
+            ca: get("ca_file").into(),
+            access: get("access_key_file").into(),
+            secret: get("secret_key_file").into(),
+            bucket: get("bucket"),
+            dir,
+        }
+    })
+}
+
+/// `[backup]` for the store with `extra` lines, as config reads it.
+fn settings_with(endpoint: &str, extra: &str) -> Result<BackupSettings, Failure> {
+    let s = store();
+    let text = format!(
+        r#"
+[node]
+name = "etcd-1"
+ip = "127.0.0.1"
+
+[etcd]
+initial_cluster = "etcd-1=http://127.0.0.1:2380"
+cluster_token = "tok"
+
+[backup]
+endpoint = "{endpoint}"
+bucket = "{}"
+path_style = true
+access_key_file = "{}"
+secret_key_file = "{}"
+encrypt = false
+{extra}
+"#,
+        s.bucket,
+        s.access.display(),
+        s.secret.display()
+    );
+    let path = s.dir.join(format!("config-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    config::load(&path).map(|c| c.backup.unwrap())
+}
+
+fn client_for(settings: &BackupSettings) -> Client {
+    Client::new(settings, settings.credentials().unwrap())
+        .unwrap()
+        .with_part_size(MIN_PART_SIZE)
+}
+
+fn http() -> Client {
+    client_for(&settings_with(&store().http, "allow_http = true").unwrap())
+}
+
+fn secret() -> String {
+    std::fs::read_to_string(&store().secret).unwrap()
+}
+
+/// Bytes that differ along their length.
+fn data(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
+        .collect()
+}
+
+fn sha(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
+}
+
+#[test]
+fn a_small_object_goes_up_in_one_put_and_comes_back_with_its_digest_and_metadata() {
+    let c = http();
+    let body = data(1000, 1);
+    let meta = vec![
+        ("cluster-id".to_string(), "8e9e05c52164694d".to_string()),
+        ("revision".to_string(), "4711".to_string()),
+    ];
+    let mut up = c.upload("small/one.db", &meta);
+    up.write_all(&body).unwrap();
+    let sent = up.finish().unwrap();
+    assert_eq!(sent.len, 1000);
+    assert_eq!(sent.sha256, sha(&body));
+    let mut back = Vec::new();
+    let got = c.get("small/one.db", &mut back).unwrap();
+    assert_eq!(got, sent);
+    assert_eq!(back, body);
+    let head = c.head("small/one.db").unwrap().unwrap();
+    assert_eq!(head.size, 1000);
+    assert_eq!(head.get("cluster-id"), Some("8e9e05c52164694d"));
+    assert_eq!(head.get("revision"), Some("4711"));
+    assert_eq!(c.head("small/none.db").unwrap(), None);
+}
+
+#[test]
+fn a_large_object_goes_up_in_parts_and_comes_back_whole() {
+    let c = http();
+    let body = data(2 * MIN_PART_SIZE + 12345, 2);
+    let mut up = c.upload(
+        "large/three-parts.db",
+        &[("member".into(), "etcd-1".into())],
+    );
+    // Odd-sized writes, as a reader's buffer gives them.
+    for chunk in body.chunks(70_001) {
+        up.write_all(chunk).unwrap();
+    }
+    let sent = up.finish().unwrap();
+    assert_eq!(sent.len, body.len() as u64);
+    let mut back = Vec::new();
+    let got = c.get("large/three-parts.db", &mut back).unwrap();
+    assert_eq!(got.sha256, sha(&body));
+    assert!(back == body, "the object read back differs");
+    let head = c.head("large/three-parts.db").unwrap().unwrap();
+    assert_eq!(head.get("member"), Some("etcd-1"));
+    assert!(c.list_uploads("large/").unwrap().is_empty());
+}
+
+#[test]
+fn a_listing_walks_every_page_and_a_delete_removes_one() {
+    let c = http();
+    for i in 0..7 {
+        let mut up = c.upload(&format!("paged/obj-{i}"), &[]);
+        up.write_all(&data(10 + i, 3)).unwrap();
+        up.finish().unwrap();
+    }
+    let all = c.list("paged/", 2).unwrap();
+    let keys: Vec<_> = all.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        (0..7).map(|i| format!("paged/obj-{i}")).collect::<Vec<_>>()
+    );
+    assert_eq!(all[3].size, 13);
+    assert!(!all[3].last_modified.is_empty());
+    c.delete("paged/obj-3").unwrap();
+    c.delete("paged/obj-3").unwrap();
+    assert_eq!(c.list("paged/", 1000).unwrap().len(), 6);
+}
+
+#[test]
+fn an_upload_dropped_midway_is_aborted_and_a_forgotten_one_is_found_and_aborted_later() {
+    let c = http();
+    let mut up = c.upload("pending/dropped.db", &[]);
+    up.write_all(&data(MIN_PART_SIZE + 10, 4)).unwrap();
+    drop(up);
+    assert!(c.list_uploads("pending/dropped").unwrap().is_empty());
+    assert_eq!(c.head("pending/dropped.db").unwrap(), None);
+
+    // A process killed mid-upload leaves its multipart upload behind.
+    let mut up = c.upload("pending/killed.db", &[]);
+    up.write_all(&data(MIN_PART_SIZE + 10, 5)).unwrap();
+    std::mem::forget(up);
+    let left = c.list_uploads("pending/").unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].key, "pending/killed.db");
+    c.abort_upload(&left[0].key, &left[0].upload_id).unwrap();
+    assert!(c.list_uploads("pending/").unwrap().is_empty());
+    assert_eq!(c.head("pending/killed.db").unwrap(), None);
+}
+
+#[test]
+fn a_wrong_secret_is_denied_naming_the_key_file_and_s3s_code_never_the_secret() {
+    let s = store();
+    let settings = settings_with(&s.http, "allow_http = true").unwrap();
+    let wrong_dir = s.dir.join("wrong");
+    std::fs::create_dir_all(&wrong_dir).unwrap();
+    let wrong = wrong_dir.join("secret_key");
+    let wrong_secret = "not-the-secret-0123456789-wrong";
+    std::fs::write(&wrong, wrong_secret).unwrap();
+    std::fs::set_permissions(&wrong, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut bad = settings.clone();
+    bad.secret_key_file = wrong.clone();
+    let c = client_for(&bad);
+    let mut up = c.upload("denied/x.db", &[]);
+    up.write_all(b"x").unwrap();
+    let e = up.finish().unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Denied, "{e}");
+    assert_eq!(e.code.as_deref(), Some("SignatureDoesNotMatch"), "{e}");
+    let f: Failure = e.into();
+    assert_eq!(f.code, ReasonCode::BackupDenied);
+    for part in [
+        "SignatureDoesNotMatch",
+        &*wrong.to_string_lossy(),
+        "backup.secret_key_file",
+        &s.bucket,
+        "denied/x.db",
+        &s.http,
+    ] {
+        assert!(f.message.contains(part), "{part} not in {}", f.message);
+    }
+    let shown = format!("{f:?} {c:?} {bad:?} {}", f.message);
+    assert!(!shown.contains(wrong_secret), "{shown}");
+    assert!(!shown.contains(&secret()), "{shown}");
+    let e = c.list("denied/", 10).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Denied, "{e}");
+}
+
+#[test]
+fn the_client_and_settings_never_show_the_keys() {
+    let settings = settings_with(&store().http, "allow_http = true").unwrap();
+    let creds = settings.credentials().unwrap();
+    let c = client_for(&settings);
+    let shown = format!("{settings:?} {creds:?} {c:?} {:#?}", c);
+    let access = std::fs::read_to_string(&store().access).unwrap();
+    assert!(!shown.contains(&secret()), "{shown}");
+    assert!(!shown.contains(access.trim()), "{shown}");
+}
+
+#[test]
+fn https_works_with_the_ca_file_and_is_refused_without_it() {
+    let s = store();
+    let ca = format!("ca_file = \"{}\"", s.ca.display());
+    let c = client_for(&settings_with(&s.https, &ca).unwrap());
+    let mut up = c.upload("tls/one.db", &[]);
+    up.write_all(b"over tls").unwrap();
+    up.finish().unwrap();
+    let mut back = Vec::new();
+    c.get("tls/one.db", &mut back).unwrap();
+    assert_eq!(back, b"over tls");
+
+    // The system's bundle does not know the test CA.
+    let c = client_for(&settings_with(&s.https, "").unwrap());
+    let e = c.list("tls/", 10).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Tls, "{e}");
+    let f: Failure = e.into();
+    assert_eq!(f.code, ReasonCode::BackupTlsRefused);
+    assert!(f.message.contains(&s.https), "{}", f.message);
+}
+
+#[test]
+fn plain_http_is_refused_unless_allow_http_is_written() {
+    let e = settings_with(&store().http, "").unwrap_err();
+    assert_eq!(e.code, ReasonCode::ConfigInvalid);
+    assert!(e.message.contains("backup.endpoint"), "{}", e.message);
+    assert!(e.message.contains("allow_http"), "{}", e.message);
+}
+
+#[test]
+fn a_missing_bucket_and_an_unreachable_endpoint_have_their_reasons() {
+    let s = store();
+    let mut settings = settings_with(&s.http, "allow_http = true").unwrap();
+    settings.bucket = "no-such-bucket-here".into();
+    let e = client_for(&settings).list("x/", 10).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NoBucket, "{e}");
+    assert_eq!(Failure::from(e).code, ReasonCode::BackupBucketMissing);
+
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let settings = settings_with(&format!("http://127.0.0.1:{port}"), "allow_http = true").unwrap();
+    let e = client_for(&settings).list("x/", 10).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+    assert!(e.message.contains(&format!("127.0.0.1:{port}")), "{e}");
+}
+
+mod bucket {
+    use super::*;
+    use etcd_setup::backup::bucket::{self, key, Meta};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    /// A stand-in for age's `seal`: marks the stream so the test sees it was called.
+    fn pass_through(r: &mut dyn std::io::Read, w: &mut dyn std::io::Write) -> Result<(), Failure> {
+        w.write_all(b"SEALED:").unwrap();
+        std::io::copy(r, w)
+            .map(|_| ())
+            .map_err(|e| Failure::new(ReasonCode::BackupFailed, e.to_string()))
+    }
+
+    fn meta(cluster: u64, secs: u64, revision: i64) -> Meta {
+        Meta {
+            cluster,
+            member: "etcd-1".into(),
+            revision,
+            etcd_version: "3.5.16".into(),
+            time: UNIX_EPOCH + Duration::from_secs(secs),
+        }
+    }
+
+    fn snapshot(len: usize, seed: u8) -> (tempfile::NamedTempFile, Vec<u8>) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let body = data(len, seed);
+        f.write_all(&body).unwrap();
+        (f, body)
+    }
+
+    fn settings(prefix: &str, extra: &str) -> BackupSettings {
+        settings_with(
+            &store().http,
+            &format!("allow_http = true\nprefix = \"{prefix}\"\n{extra}"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_snapshot_is_streamed_sealed_read_back_and_marked_verified() {
+        let s = store();
+        let recipients = s.dir.join("recipients");
+        std::fs::write(
+            &recipients,
+            "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p\n",
+        )
+        .unwrap();
+        let mut b = settings("sealed/", "");
+        b.encrypt = true;
+        b.recipients_file = Some(recipients);
+        let c = client_for(&b);
+        let (file, body) = snapshot(MIN_PART_SIZE + 4321, 7);
+        let m = meta(0x8e9e05c52164694d, 1_796_118_300, 4711);
+        let up = bucket::upload_snapshot(&b, &c, file.path(), &m, &mut pass_through).unwrap();
+        assert_eq!(
+            up.key,
+            "sealed/8e9e05c52164694d/20261201T094500Z-rev4711-etcd-1.db.age"
+        );
+        assert_eq!(up.plain.len, body.len() as u64);
+        assert_eq!(up.object.len, body.len() as u64 + 7);
+        let mut back = Vec::new();
+        c.get(&up.key, &mut back).unwrap();
+        assert_eq!(&back[..7], b"SEALED:");
+        assert!(back[7..] == body[..]);
+        let head = c.head(&up.key).unwrap().unwrap();
+        assert_eq!(head.get(key::CLUSTER), Some("8e9e05c52164694d"));
+        assert_eq!(head.get(key::REVISION), Some("4711"));
+        assert_eq!(head.get(key::ETCD_VERSION), Some("3.5.16"));
+        assert_eq!(head.get(key::SEAL), Some("age"));
+        assert_eq!(head.get(key::VERIFIED), Some("read-back"));
+        assert_eq!(
+            head.get(key::PLAIN_SHA256).map(str::to_string),
+            Some(etcd_setup::backup::sigv4::hex(&sha(&body)))
+        );
+        assert_eq!(
+            head.get(key::OBJECT_SHA256).map(str::to_string),
+            Some(etcd_setup::backup::sigv4::hex(&sha(&back)))
+        );
+    }
+
+    #[test]
+    fn without_encryption_the_snapshot_goes_up_as_it_is_and_seal_is_not_called() {
+        let b = settings("clear/", "");
+        let c = client_for(&b);
+        let (file, body) = snapshot(1000, 8);
+        let mut called = false;
+        let mut seal = |_: &mut dyn std::io::Read, _: &mut dyn std::io::Write| {
+            called = true;
+            Ok(())
+        };
+        let up =
+            bucket::upload_snapshot(&b, &c, file.path(), &meta(1, 1_796_118_300, 5), &mut seal)
+                .unwrap();
+        assert!(!called);
+        assert!(up.key.ends_with("-rev5-etcd-1.db"), "{}", up.key);
+        let mut back = Vec::new();
+        c.get(&up.key, &mut back).unwrap();
+        assert_eq!(back, body);
+        assert_eq!(
+            c.head(&up.key).unwrap().unwrap().get(key::SEAL),
+            Some("none")
+        );
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_of_this_cluster_and_touches_nothing_else() {
+        let mut b = settings("retain/", "retain = 2");
+        let c = client_for(&b);
+        let ours = 0xaaaa;
+        let (file, _) = snapshot(100, 9);
+        let base = 1_796_118_300;
+        let mut keys = Vec::new();
+        for i in 0..4 {
+            let up = bucket::upload_snapshot(
+                &b,
+                &c,
+                file.path(),
+                &meta(ours, base + i * 3600, 100 + i as i64),
+                &mut pass_through,
+            )
+            .unwrap();
+            keys.push(up.key);
+        }
+        // Under our prefix: a stranger's file, and an object named like ours with another
+        // cluster's metadata; another cluster's own object.
+        let prefix = bucket::cluster_prefix(&b, ours);
+        let mut up = c.upload(&format!("{prefix}notes.txt"), &[]);
+        up.write_all(b"not ours").unwrap();
+        up.finish().unwrap();
+        let impostor = format!("{prefix}20200101T000000Z-rev1-etcd-9.db");
+        let mut up = c.upload(
+            &impostor,
+            &[(key::CLUSTER.into(), "000000000000bbbb".into())],
+        );
+        up.write_all(b"x").unwrap();
+        up.finish().unwrap();
+        let other = bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &meta(0xbbbb, base, 1),
+            &mut pass_through,
+        )
+        .unwrap();
+        // An upload killed two periods ago, and one in flight now.
+        let stale = format!("{prefix}20200101T000000Z-rev2-etcd-1.db");
+        let mut up = c.upload(&stale, &[]);
+        up.write_all(&data(MIN_PART_SIZE, 1)).unwrap();
+        std::mem::forget(up);
+        let now = UNIX_EPOCH + Duration::from_secs(base + 3 * 3600);
+        let live = format!(
+            "{prefix}{}-rev9-etcd-2.db",
+            etcd_setup::shared::report::file_stamp(now)
+        );
+        let mut up = c.upload(&live, &[]);
+        up.write_all(&data(MIN_PART_SIZE, 2)).unwrap();
+        std::mem::forget(up);
+
+        let pruned = bucket::prune(&b, &c, ours, now).unwrap();
+        assert_eq!(pruned.deleted, vec![keys[1].clone(), keys[0].clone()]);
+        assert_eq!(pruned.aborted, vec![stale]);
+        let left: Vec<_> = c
+            .list(&prefix, 1000)
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        assert!(
+            left.contains(&keys[2]) && left.contains(&keys[3]),
+            "{left:?}"
+        );
+        assert!(left.contains(&impostor) && left.contains(&format!("{prefix}notes.txt")));
+        assert!(c.head(&other.key).unwrap().is_some());
+        let pending = c.list_uploads(&prefix).unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].key, live);
+        c.abort_upload(&live, &pending[0].upload_id).unwrap();
+
+        // The newest verified one stays even when newer unverified ones fill `retain`.
+        b.retain = 1;
+        let mut up = c.upload(
+            &format!("{prefix}20291231T000000Z-rev999-etcd-1.db"),
+            &[(key::CLUSTER.into(), format!("{ours:016x}"))],
+        );
+        up.write_all(b"unverified").unwrap();
+        up.finish().unwrap();
+        let pruned = bucket::prune(&b, &c, ours, now).unwrap();
+        assert_eq!(pruned.deleted, vec![keys[2].clone()]);
+        assert!(c.head(&keys[3]).unwrap().is_some());
+    }
+
+    #[test]
+    fn an_upload_is_due_once_the_newest_verified_object_is_a_period_old() {
+        let b = settings("due/", "period = \"1h\"");
+        let c = client_for(&b);
+        let t = 1_796_118_300;
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+        assert!(bucket::upload_due(&b, &c, 7, at(t)).unwrap());
+        let (file, _) = snapshot(10, 1);
+        bucket::upload_snapshot(&b, &c, file.path(), &meta(7, t, 1), &mut pass_through).unwrap();
+        assert!(!bucket::upload_due(&b, &c, 7, at(t + 3599)).unwrap());
+        assert!(bucket::upload_due(&b, &c, 7, at(t + 3600)).unwrap());
+        // Another cluster's object does not count for this one.
+        assert!(bucket::upload_due(&b, &c, 8, at(t)).unwrap());
+        let _ = SystemTime::now();
+    }
+}
