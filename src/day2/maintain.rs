@@ -121,7 +121,7 @@ fn one_round(node: &Node) -> Result<Vec<MemberView>, (Failure, Option<String>)> 
 /// Whether something accepts TCP connections at client URL `url` (`scheme://host:port`):
 /// an etcd that runs but answers late does (the kernel accepts for a stalled process), a
 /// stopped one does not.
-fn listens(url: &str) -> bool {
+pub(crate) fn listens(url: &str) -> bool {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let hostport = rest.split('/').next().unwrap_or_default();
     let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(hostport) else {

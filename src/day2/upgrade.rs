@@ -248,9 +248,8 @@ fn upgrade(
 
     let node = Node::from_settings(settings);
     let client = node.client(all_client_urls(&node));
-    let view = survey(&client, &node)?;
+    let view = surveyed_within_rules(&client, &node, installed, new)?;
     record.record.members = versions_of(&view);
-    rules::cluster(&view, installed, new)?;
 
     // One member at a time; the leader last.
     record.set(
@@ -397,8 +396,7 @@ pub fn take_turn(
                 )
                 .with_source(e)
             })?;
-        let view = survey(client, node)?;
-        rules::cluster(&view, installed, new)?;
+        let view = surveyed_within_rules(client, node, installed, new)?;
         if !rules::leader_must_wait(&view, new) {
             // A leader restarting makes the others elect one, and their /health says
             // "no leader" meanwhile: hand leadership on first, as a planned restart should.
@@ -460,6 +458,44 @@ pub fn survey(client: &Client, node: &Node) -> Result<Vec<MemberView>, Failure> 
         ));
     }
     Ok(seen.view(node))
+}
+
+/// How long a member that accepts connections but answers late is asked again.
+const LATE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// [`survey`] checked by [`rules::cluster`]: a member that fails the rules only because
+/// it answered late (it accepts connections: a guest starved of CPU while three nodes
+/// survey at once, as maintain sees too) is asked again for up to [`LATE_PATIENCE`]; one
+/// that refuses connections, or any other rule, fails at once, as before.
+fn surveyed_within_rules(
+    client: &Client,
+    node: &Node,
+    installed: Version,
+    new: Version,
+) -> Result<Vec<MemberView>, Failure> {
+    let started = Instant::now();
+    loop {
+        let view = survey(client, node)?;
+        let Err(f) = rules::cluster(&view, installed, new) else {
+            return Ok(view);
+        };
+        let silent: Vec<&MemberView> = view.iter().filter(|m| m.status.is_none()).collect();
+        let late =
+            !silent.is_empty() && silent.iter().all(|m| super::maintain::listens(&m.endpoint));
+        if !late || started.elapsed() >= LATE_PATIENCE {
+            return Err(f);
+        }
+        crate::shared::output::print(&format!(
+            "{}\n",
+            crate::shared::printable::line(&format!(
+                "{}; it accepts connections, so it is late, not down: asking again ({:.0} s of {} s)",
+                f.message,
+                started.elapsed().as_secs_f64(),
+                LATE_PATIENCE.as_secs()
+            ))
+        ));
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
 
 fn versions_of(view: &[MemberView]) -> Vec<String> {
