@@ -483,9 +483,16 @@ impl Etcd {
             );
         }
         // Enabled, but for a unit file that is gone: enabled again for the package's.
-        let dangling =
-            std::fs::symlink_metadata(&wants).is_ok() && std::fs::metadata(&wants).is_err();
+        // systemd's enable keeps a link of the unit's name that points elsewhere (seen on
+        // bookworm's 252, force or not), so the dangling link goes first.
+        let dangling = std::fs::symlink_metadata(&wants).is_ok_and(|m| m.file_type().is_symlink())
+            && std::fs::metadata(&wants).is_err();
         if dangling {
+            match std::fs::remove_file(&wants) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Failure::io(&wants, "cannot remove", e)),
+            }
             self.sd.enable(ETCD_UNIT)?;
         }
         Ok(())
