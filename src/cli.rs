@@ -56,11 +56,8 @@ pub enum Command {
     /// does not come up. Safe to start on every node at once.
     #[command(after_help = exit::UPGRADE.help())]
     Upgrade(UpgradeArgs),
-    /// Restart this member's etcd so that it loads the trust bundles now on disk (a CA
-    /// rotation's step; etcd reloads its own certificate by itself): only when every
-    /// bundle trusts this member's certificate and the ones its peers serve, every member
-    /// is healthy, one member at a time through a lock in etcd (the leader last). Safe to
-    /// start on every node at once.
+    /// Restart etcd so it loads the trust bundles on disk (a CA rotation step), once they
+    /// trust this member's and its peers' certificates; one member at a time, leader last.
     #[command(after_help = exit::ROTATE_CA.help())]
     RotateCa(RotateCaArgs),
     /// The server behind the status socket, started by etcd-setup-status.socket; takes
@@ -158,19 +155,16 @@ pub struct RotateCaArgs {
     /// The node's configuration (TOML).
     #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
     pub config: PathBuf,
-    /// Restart even when a member is unhealthy or the cluster has fewer than three members
-    /// (without the cluster lock when there is no quorum to hold it); the files are still
-    /// checked.
+    /// Restart even when members are unhealthy or fewer than three.
     #[arg(long)]
     pub force: bool,
     /// How long to wait for a run of etcd-setup holding the node's lock.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
     pub lock_timeout: Duration,
-    /// How long to wait for the cluster lock (other members restarting), e.g. "30min".
+    /// How long to wait for the cluster lock.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30min")]
     pub lock_wait: Duration,
-    /// How long the leader lets members waiting for the lock go first before it hands
-    /// leadership away and restarts anyway.
+    /// How long the leader lets waiting members go first.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10min")]
     pub leader_wait: Duration,
     /// State folders.

@@ -393,7 +393,7 @@ pub const ROTATE_CA: Table = Table {
         ),
         code(
             rotate_ca::FAILED,
-            "the restart failed: etcd did not come up healthy (etcd-start-failed, systemd-failed, etcd-unhealthy); the reason is printed",
+            "etcd did not come up healthy after the restart; the reason is printed",
         ),
         code(USAGE, "the command line is wrong"),
         code(
@@ -410,7 +410,7 @@ pub const ROTATE_CA: Table = Table {
         ),
         code(
             rotate_ca::REFUSED,
-            "refused: a bundle does not hold the CA of this member's certificate or of one a peer serves (cert-untrusted, naming both), or a member is unhealthy or fewer than three are members (cluster-unhealthy); etcd was not touched",
+            "refused (cert-untrusted: a bundle lacks a CA needed; cluster-unhealthy); etcd was not touched",
         ),
     ],
 };

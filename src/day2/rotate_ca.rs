@@ -99,9 +99,8 @@ pub fn check_files(s: &Settings) -> Result<Vec<(&'static str, Vec<Link>)>, Failu
         let own = &leaf[0];
         if certs::issuer_in(own, &bundle).is_none() {
             return Err(untrusted(format!(
-                "{ca_key}: {} holds no CA that issued this member's own tls.{side}_cert {} \
-                 ({}, serial {}); restarted on it, etcd would refuse its own certificate: \
-                 add the issuing CA to the bundle (old and new CA together while rotating)",
+                "{ca_key}: {} lacks the CA of this member's tls.{side}_cert {} ({}, serial {}): \
+                 add it (old and new CA together while rotating)",
                 files.trusted_ca.display(),
                 files.cert.display(),
                 own.subject,
@@ -141,7 +140,7 @@ fn check_peers(
         for url in list.iter().filter(|u| u.starts_with("https://")) {
             let Some(addr) = address_of(url) else {
                 return Err(untrusted(format!(
-                    "member {}'s {side} URL {url} names no address to read its certificate from",
+                    "member {}'s {side} URL {url} names no address",
                     m.name
                 )));
             };
@@ -151,8 +150,7 @@ fn check_peers(
                 Err(_) if !m.healthy => continue,
                 Err(why) => {
                     return Err(untrusted(format!(
-                        "member {} at {url}: cannot read the certificate it serves ({why}); \
-                         nothing was restarted",
+                        "member {} at {url}: cannot read its certificate ({why})",
                         m.name
                     )))
                 }
@@ -165,14 +163,12 @@ fn check_peers(
             })?;
             if certs::issuer_in(&leaf, bundle).is_none() {
                 return Err(untrusted(format!(
-                    "member {} at {url} serves {} (serial {}), which no CA of tls.{side}_trusted_ca \
-                     {} issued; restarted on this bundle, this member would refuse it: add its \
-                     CA to the bundle, or give {} a certificate of a CA the bundle holds",
+                    "member {} at {url} serves {} (serial {}), of no CA in tls.{side}_trusted_ca \
+                     {}: add its CA to the bundle",
                     m.name,
                     leaf.subject,
                     leaf.serial,
-                    bundle_file.display(),
-                    m.name
+                    bundle_file.display()
                 )));
             }
             checked += 1;
@@ -206,8 +202,7 @@ fn check_cluster(view: &[MemberView], all: bool) -> Result<(), Failure> {
     let healthy = view.iter().filter(|m| m.healthy).count();
     if !all && healthy <= view.len() / 2 {
         return Err(unhealthy(format!(
-            "only {healthy} of {} members are healthy: the cluster has no quorum ({}); \
-             bring members back first (or --force)",
+            "only {healthy} of {} members are healthy, no quorum ({}); bring them back (or --force)",
             view.len(),
             view.iter()
                 .filter(|m| !m.healthy)
@@ -218,8 +213,7 @@ fn check_cluster(view: &[MemberView], all: bool) -> Result<(), Failure> {
     }
     if let Some(m) = view.iter().find(|m| all && !m.healthy) {
         return Err(unhealthy(format!(
-            "member {} {} is not healthy ({}); a restart now could leave the cluster without \
-             quorum: bring it back first (or --force)",
+            "member {} {} is not healthy ({}): bring it back (or --force)",
             m.name,
             m.endpoint,
             m.problem.as_deref().unwrap_or("no answer")
@@ -228,8 +222,7 @@ fn check_cluster(view: &[MemberView], all: bool) -> Result<(), Failure> {
     let voters = view.len();
     if voters < 3 {
         return Err(unhealthy(format!(
-            "the cluster has {voters} member(s): restarting one leaves no quorum meanwhile \
-             (--force restarts anyway)"
+            "{voters} member(s): a restart leaves no quorum (or --force)"
         )));
     }
     Ok(())
