@@ -103,7 +103,9 @@ pub fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers(
     ));
 
     crate::rotation::leaves_from_the_same_ca_replace_the_old_ones_without_a_restart(&c, &pki);
-    crate::rotation::the_ca_is_rotated_in_three_phases_with_rotate_ca(&c, &pki);
+    if crate::run_unproven("c3's CA rotation in three phases with rotate-ca") {
+        crate::rotation::the_ca_is_rotated_in_three_phases_with_rotate_ca(&c, &pki);
+    }
 
     // Node 3 recreated with a certificate from another CA and a short start timeout.
     let foreign = Pki::new("another-ca");
