@@ -15,18 +15,7 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 const VERSION: &str = "3.5.16";
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use support::etcd::openssl;
 
 /// A CA `name` in `dir` (`NAME.crt`, `NAME.key`) and a leaf of it (`NAME-leaf.crt`,
 /// `.key`) for server and client use at `ips`.

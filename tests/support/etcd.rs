@@ -460,18 +460,7 @@ fn tls(dir: &Path, ips: &[Ipv4Addr], on: bool) -> Option<etcd_setup::shared::con
     if !on {
         return None;
     }
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let run = |args: &[&str]| openssl(dir, args);
     run(&[
         "req",
         "-x509",
@@ -536,4 +525,19 @@ pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     let t = Instant::now();
     let v = f();
     (v, t.elapsed())
+}
+
+/// Runs `openssl ARGS` in `dir` for a test PKI; fails the test with its error otherwise.
+/// The one openssl runner of the host tests.
+pub fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
