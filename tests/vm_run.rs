@@ -279,6 +279,8 @@ fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
         "running, member and live version shown; others refused (exit 5)",
     );
 
+    node_exporter_serves_the_agents_view(&vm);
+
     // The packaged files pass the tools that own their formats.
     let schema = root(
         &vm,
@@ -339,6 +341,92 @@ fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
         "g: reboot after success",
         secs,
         "run verified only; etcd active again",
+    );
+}
+
+/// What Debian's prometheus-node-exporter in the image serves on its port after
+/// etcd-setup-metrics.service wrote the agent's view into its textfile folder: every
+/// `etcd_setup_*` sample, by name (labels included).
+fn scrape(vm: &Vm) -> std::collections::BTreeMap<String, f64> {
+    let text = root(
+        vm,
+        "systemctl start etcd-setup-metrics.service && bash -c 'exec 3<>/dev/tcp/127.0.0.1/9100 \
+         && printf \"GET /metrics HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n\" >&3 && cat <&3'",
+    );
+    assert!(text.starts_with("HTTP/1.0 200"), "node-exporter: {text:.300}");
+    let samples: std::collections::BTreeMap<String, f64> = text
+        .lines()
+        .filter(|l| l.starts_with("etcd_setup_") || l.contains("etcd-setup.prom"))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect();
+    assert!(
+        samples.keys().any(|k| k.starts_with("etcd_setup_status_up")),
+        "node-exporter serves no etcd_setup_ samples: {text:.2000}"
+    );
+    samples
+}
+
+fn sample(samples: &std::collections::BTreeMap<String, f64>, name: &str) -> f64 {
+    *samples
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} among {samples:?}"))
+}
+
+/// a: node-exporter (from Debian, in the image) serves the agent's metrics, and they
+/// follow the node: etcd stopped and started again, a snapshot taken, then gone stale.
+fn node_exporter_serves_the_agents_view(vm: &Vm) {
+    let t = Instant::now();
+    assert_eq!(
+        vm.ssh_ok("systemctl is-active prometheus-node-exporter.service etcd-setup-metrics.timer"),
+        "active\nactive\n"
+    );
+    let up = scrape(vm);
+    assert_eq!(sample(&up, "etcd_setup_etcd_healthy"), 1.0, "{up:?}");
+    assert_eq!(sample(&up, "etcd_setup_status_exit_code"), 0.0, "{up:?}");
+    // The textfile collector read our file without an error.
+    let read = up
+        .iter()
+        .find(|(k, _)| k.starts_with("node_textfile_mtime_seconds") && k.contains("etcd-setup.prom"))
+        .map(|(_, v)| *v);
+    assert!(read.is_some_and(|v| v > 0.0), "{up:?}");
+
+    root(vm, "systemctl stop etcd.service");
+    let down = scrape(vm);
+    assert_eq!(sample(&down, "etcd_setup_etcd_healthy"), 0.0, "{down:?}");
+    assert_ne!(sample(&down, "etcd_setup_status_exit_code"), 0.0, "{down:?}");
+    root(
+        vm,
+        "systemctl start etcd.service && timeout 60 sh -c 'until /opt/bin/etcdctl \
+         --endpoints=http://127.0.0.1:2379 endpoint health >/dev/null 2>&1; do sleep 0.5; done'",
+    );
+    assert_eq!(
+        sample(&scrape(vm), "etcd_setup_etcd_healthy"),
+        1.0,
+        "etcd started again"
+    );
+
+    // A snapshot whose record says stale after 20 s: fresh, then stale.
+    root(
+        vm,
+        "printf '\\n[snapshot]\\nstale_after = \"20s\"\\n' >> /etc/etcd-setup/config.toml",
+    );
+    let snap = vm.ssh("sudo etcd-setup snapshot");
+    assert!(snap.status.success(), "{snap:?}");
+    let fresh = scrape(vm);
+    assert_eq!(sample(&fresh, "etcd_setup_snapshot_stale"), 0.0, "{fresh:?}");
+    assert!(sample(&fresh, "etcd_setup_snapshot_last_size_bytes") > 0.0);
+    std::thread::sleep(Duration::from_secs(22));
+    let stale = scrape(vm);
+    assert_eq!(sample(&stale, "etcd_setup_snapshot_stale"), 1.0, "{stale:?}");
+    assert!(sample(&stale, "etcd_setup_warnings") >= 1.0, "{stale:?}");
+    assert_eq!(sample(&stale, "etcd_setup_status_exit_code"), 0.0, "{stale:?}");
+    verdict(
+        "a: node-exporter serves the agent's metrics",
+        t.elapsed().as_secs_f64(),
+        "etcd_healthy 1 → 0 (etcd stopped) → 1; snapshot_stale 0 after a snapshot → 1 after its stale_after",
     );
 }
 
