@@ -39,7 +39,19 @@ impl RunLock {
     /// Fails with `locked` naming the holder's PID when the wait runs out, and with
     /// `internal-error` (`disk-full` when out of space) when the file cannot be opened.
     pub fn acquire(path: &Path, wait: Duration) -> Result<RunLock, Failure> {
-        let mut file = open(path).map_err(|e| Failure::io(path, "cannot open the run lock", e))?;
+        let mut file = open(path).map_err(|e| match e.raw_os_error() {
+            // O_NOFOLLOW: the holder writes its PID into the file, and a link planted
+            // there would have root write into whatever it points at.
+            Some(n) if n == Errno::ELOOP as i32 => Failure::new(
+                ReasonCode::InternalError,
+                format!(
+                    "the lock file {} is a symbolic link; refusing to follow it (remove it: \
+                     the lock is the kernel's flock, the file holds nothing else)",
+                    path.display()
+                ),
+            ),
+            _ => Failure::io(path, "cannot open the run lock", e),
+        })?;
         let deadline = Instant::now() + wait;
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -93,6 +105,7 @@ fn open(path: &Path) -> io::Result<File> {
         .create(true)
         .truncate(false)
         .mode(0o644)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)
 }
 
@@ -192,6 +205,24 @@ mod tests {
         RunLock::acquire(&path, Duration::from_secs(30)).expect("released within the wait");
         assert!(start.elapsed() < Duration::from_secs(10));
         holder.join().unwrap();
+    }
+
+    #[test]
+    fn a_lock_file_that_is_a_link_is_refused_and_its_target_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = lock_path(&dir);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let target = dir.path().join("precious");
+        fs::write(&target, "keep me\n").unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let err = RunLock::acquire(&path, Duration::ZERO).expect_err("a link is refused");
+        assert_eq!(err.code, ReasonCode::InternalError, "{err:?}");
+        assert!(
+            err.message.contains(&path.display().to_string())
+                && err.message.contains("symbolic link"),
+            "{err:?}"
+        );
+        assert_eq!(fs::read_to_string(&target).unwrap(), "keep me\n");
     }
 
     #[test]
