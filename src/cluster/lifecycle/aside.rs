@@ -9,7 +9,9 @@
 //! A data dir that is a mount point (etcd on its own volume) cannot be renamed (`EBUSY`),
 //! and moving it to the parent disk would copy the data off its volume: its contents are
 //! moved into `PATH/.LABEL-STAMP` inside it instead (all but `lost+found` and earlier
-//! asides of ours), and that is returned.
+//! asides of ours), and that is returned. A data dir that is a symbolic link to a folder
+//! (an operator's link to the data's volume) keeps its link: what it points at is emptied
+//! the same way, inside it.
 
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -32,6 +34,19 @@ pub fn move_aside(path: &Path, label: &str, now: SystemTime) -> Result<PathBuf> 
         .with_context(|| format!("cannot move {} aside", path.display()))?;
     if meta.is_dir() && is_mount_point(path) {
         return move_contents_aside(path, label, now);
+    }
+    if meta.file_type().is_symlink() {
+        // An operator's link to the data's own volume: renaming the link would leave the
+        // data where it is and have etcd make a fresh data dir on the parent's disk. The
+        // link stays, and what it points at is emptied into an aside inside it, as a
+        // mount point's is.
+        return match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => move_contents_aside(path, label, now),
+            _ => bail!(
+                "cannot move {} aside: it is a symbolic link to something that is not a folder",
+                path.display()
+            ),
+        };
     }
     let base = format!("{}.{label}-{}", name.to_string_lossy(), stamp(now));
     let target = free_name(parent, &base, path)?;
@@ -202,6 +217,33 @@ mod tests {
         assert_eq!(again, dir.path().join("etcd.removed-20261201T100140Z-2"));
         assert_eq!(std::fs::read(again.join("x")).unwrap(), b"second");
         assert!(moved.join("member/wal/0.wal").exists());
+    }
+
+    #[test]
+    fn a_linked_data_dir_keeps_its_link_and_its_contents_move_inside_what_it_points_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume = dir.path().join("volume");
+        std::fs::create_dir_all(volume.join("member/wal")).unwrap();
+        std::fs::write(volume.join("member/wal/0.wal"), b"wal").unwrap();
+        let data = dir.path().join("etcd");
+        std::os::unix::fs::symlink(&volume, &data).unwrap();
+        let t = UNIX_EPOCH + Duration::from_secs(1_796_119_300);
+        let moved = move_aside(&data, "removed", t).unwrap();
+        assert_eq!(moved, data.join(".removed-20261201T100140Z"));
+        assert!(std::fs::symlink_metadata(&data).unwrap().file_type().is_symlink());
+        assert_eq!(
+            std::fs::read(volume.join(".removed-20261201T100140Z/member/wal/0.wal")).unwrap(),
+            b"wal"
+        );
+        assert!(!volume.join("member").exists());
+        // A link to a file is no data dir: refused, naming it, nothing moved.
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let odd = dir.path().join("odd");
+        std::os::unix::fs::symlink(&file, &odd).unwrap();
+        let err = move_aside(&odd, "removed", t).unwrap_err().to_string();
+        assert!(err.contains(&odd.display().to_string()), "{err}");
+        assert!(std::fs::symlink_metadata(&odd).is_ok() && file.exists());
     }
 
     #[test]
