@@ -150,7 +150,8 @@ access_key_file = "{access}"
 secret_key_file = "{secret}"
 recipients_file = "{recipients}"
 identity_file = "{identity}"
-period = "1h"
+# Long periods, aligned on the epoch: a test never straddles two.
+period = "744h"
 "#,
             snaps = self.path("snaps").display(),
             endpoint = s.endpoint,

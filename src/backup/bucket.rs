@@ -364,15 +364,18 @@ pub fn newest_verified(
 }
 
 /// Whether `newest` (the newest verified object, [`newest_verified`]) leaves an upload due
-/// at `now`: it is `settings.period` old or older, or there is none.
+/// at `now`: none, or it was taken in an earlier period than `now`'s. Periods are aligned
+/// on the epoch (with `6h`: 00:00, 06:00, 12:00, 18:00 UTC), so a timer whose runs drift
+/// within a period (the snapshot timer's random delay) still makes one object per period;
+/// an age test (`now - newest >= period`) would skip a run that came a little early.
 pub fn due_after(settings: &BackupSettings, newest: Option<&Backup>, now: SystemTime) -> bool {
-    newest.is_none_or(|b| {
-        now.duration_since(b.name.time).unwrap_or(Duration::ZERO) >= settings.period
-    })
+    let period = settings.period.as_secs().max(1);
+    let window = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) / period;
+    newest.is_none_or(|b| window(b.name.time) < window(now))
 }
 
-/// Whether an upload is due at `now`: the newest verified object of `cluster` is older than
-/// `settings.period`, or there is none.
+/// Whether an upload is due at `now`: the newest verified object of `cluster` was taken in
+/// an earlier period ([`due_after`]), or there is none.
 pub fn upload_due(
     settings: &BackupSettings,
     client: &Client,

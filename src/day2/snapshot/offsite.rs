@@ -2,8 +2,9 @@
 //! `snapshot.dir` goes to the bucket once per cluster per `backup.period`.
 //!
 //! 1. The bucket is asked for the newest verified object of this cluster
-//!    ([`bucket::newest_verified`]); younger than `backup.period`: nothing to do (another
-//!    member, or this one, uploaded in this period).
+//!    ([`bucket::newest_verified`]); taken in the current `backup.period` (periods are
+//!    aligned on the epoch, [`bucket::due_after`]): nothing to do (another member, or
+//!    this one, uploaded in this period).
 //! 2. Else the cluster lock [`LOCK`] in etcd (as `maintain` and `upgrade` take theirs),
 //!    and the bucket asked again under it: a member that held the lock before us has
 //!    uploaded meanwhile. Three members on the same timer make one object per period.
@@ -227,7 +228,7 @@ pub fn lines(b: &BackupSettings, done: &Offsite) -> Vec<String> {
             }
         )),
         (None, Some(n)) => out.push(format!(
-            "backup not due: {} (member {}, taken {}) is younger than backup.period {} s",
+            "backup not due: {} (member {}, taken {}) is of this backup.period ({} s)",
             n.object,
             n.member,
             n.at.time,
