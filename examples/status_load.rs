@@ -551,6 +551,7 @@ fn main() -> anyhow::Result<()> {
         group: "root".into(),
         idle_exit: None,
         tls: None,
+        backup_period: None,
     };
     let live = Arc::new(healthy(dir.path())?);
     std::thread::Builder::new()

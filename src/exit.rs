@@ -317,7 +317,7 @@ pub const SNAPSHOT: Table = Table {
         ),
         code(
             data::FAILED,
-            "no snapshot was kept (snapshot-failed, snapshot-corrupt, disk-full), or it was kept and recorded but its copy into snapshot.copy_dir failed; the reason is printed and recorded for status",
+            "no snapshot was kept (snapshot-failed, snapshot-corrupt, disk-full), or it was kept and recorded but its copy into snapshot.copy_dir or its upload to [backup] failed (backup-denied, backup-unreachable, ...); the reason is printed and recorded for status",
         ),
         code(USAGE, "the command line is wrong"),
         code(

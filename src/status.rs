@@ -31,7 +31,8 @@ pub use client::{command, query, ClientError};
 pub use live::FileLive;
 pub use live::{health_text, EtcdLive, LiveView, RoleSource, SystemLive};
 pub use protocol::{
-    Answer, ErrorBody, EtcdView, Reply, Request, Role, RunView, SnapshotView, SpaceView, Verdict,
+    Answer, BackupView, ErrorBody, EtcdView, Reply, Request, Role, RunView, SnapshotView,
+    SpaceView, Verdict,
 };
 pub use text::{text_line, text_long};
 pub use verdict::{evaluate, evaluate_at, pid_alive};

@@ -525,16 +525,17 @@ mod bucket {
     }
 
     #[test]
-    fn an_upload_is_due_once_the_newest_verified_object_is_a_period_old() {
+    fn an_upload_is_due_once_the_period_of_the_newest_verified_object_is_over() {
         let b = settings("due/", "period = \"1h\"");
         let c = client_for(&b);
+        // 09:45:00 UTC: its period is 09:00 to 10:00.
         let t = 1_796_118_300;
         let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
         assert!(bucket::upload_due(&b, &c, 7, at(t)).unwrap());
         let (file, _) = snapshot(10, 1);
         bucket::upload_snapshot(&b, &c, file.path(), &meta(7, t, 1), &mut pass_through).unwrap();
-        assert!(!bucket::upload_due(&b, &c, 7, at(t + 3599)).unwrap());
-        assert!(bucket::upload_due(&b, &c, 7, at(t + 3600)).unwrap());
+        assert!(!bucket::upload_due(&b, &c, 7, at(t + 899)).unwrap());
+        assert!(bucket::upload_due(&b, &c, 7, at(t + 900)).unwrap());
         // Another cluster's object does not count for this one.
         assert!(bucket::upload_due(&b, &c, 8, at(t)).unwrap());
         let _ = SystemTime::now();

@@ -239,6 +239,22 @@ pub fn verify_read_back(
     ))
 }
 
+/// What an error of a stream from `snapshot` into an upload means: the store's error
+/// (with its reason code) when the upload's write failed, else a read of the file.
+pub fn stream_failure(snapshot: &Path, e: io::Error) -> Failure {
+    let kind = e.kind();
+    match e.into_inner() {
+        Some(inner) => match inner.downcast::<super::s3::S3Error>() {
+            Ok(s3) => Failure::from(*s3),
+            Err(other) => Failure::io(snapshot, "cannot read", io::Error::new(kind, other)),
+        },
+        None => Failure::new(
+            ReasonCode::BackupFailed,
+            format!("cannot upload {}: {kind}", snapshot.display()),
+        ),
+    }
+}
+
 /// Uploads `snapshot` (a verified snapshot file) as the object of `meta`: the file hashed,
 /// then streamed through `seal` (when `settings.encrypt`) into the bucket, read back and
 /// compared, then marked verified in its metadata. Memory is bounded to one part.
@@ -263,16 +279,7 @@ pub fn upload_snapshot(
     if settings.encrypt {
         seal(&mut reader, &mut upload)?;
     } else {
-        io::copy(&mut reader, &mut upload).map_err(|e| match e.into_inner() {
-            Some(inner) => match inner.downcast::<super::s3::S3Error>() {
-                Ok(s3) => Failure::from(*s3),
-                Err(other) => Failure::io(snapshot, "cannot read", io::Error::other(other)),
-            },
-            None => Failure::new(
-                ReasonCode::BackupFailed,
-                format!("cannot upload {}", snapshot.display()),
-            ),
-        })?;
+        io::copy(&mut reader, &mut upload).map_err(|e| stream_failure(snapshot, e))?;
     }
     let sent = upload.finish()?;
     let again = Digest256 {
@@ -339,25 +346,52 @@ fn verified(head: &Head) -> bool {
     head.get(key::VERIFIED) == Some("read-back") && head.get(key::OBJECT_SHA256).is_some()
 }
 
-/// Whether an upload is due at `now`: the newest verified object of `cluster` is older than
-/// `settings.period`, or there is none.
+/// The newest verified object of `cluster` (ours by name and metadata), if any.
+pub fn newest_verified(
+    settings: &BackupSettings,
+    client: &Client,
+    cluster: u64,
+) -> S3Result<Option<Backup>> {
+    for b in backups(settings, client, cluster)? {
+        let Some(head) = client.head(&b.key)? else {
+            continue;
+        };
+        if ours(&head, cluster) && verified(&head) {
+            return Ok(Some(b));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `newest` (the newest verified object, [`newest_verified`]) leaves an upload due
+/// at `now`: none, or it was taken in an earlier period than `now`'s. Periods are aligned
+/// on the epoch (with `6h`: 00:00, 06:00, 12:00, 18:00 UTC), so a timer whose runs drift
+/// within a period (the snapshot timer's random delay) still makes one object per period;
+/// an age test (`now - newest >= period`) would skip a run that came a little early.
+pub fn due_after(settings: &BackupSettings, newest: Option<&Backup>, now: SystemTime) -> bool {
+    let period = settings.period.as_secs().max(1);
+    let window = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) / period;
+    newest.is_none_or(|b| window(b.name.time) < window(now))
+}
+
+/// Whether an upload is due at `now`: the newest verified object of `cluster` was taken in
+/// an earlier period ([`due_after`]), or there is none.
 pub fn upload_due(
     settings: &BackupSettings,
     client: &Client,
     cluster: u64,
     now: SystemTime,
 ) -> S3Result<bool> {
-    for b in backups(settings, client, cluster)? {
-        let Some(head) = client.head(&b.key)? else {
-            continue;
-        };
-        if ours(&head, cluster) && verified(&head) {
-            let age = now.duration_since(b.name.time).unwrap_or(Duration::ZERO);
-            return Ok(age >= settings.period);
-        }
-    }
-    Ok(true)
+    Ok(due_after(
+        settings,
+        newest_verified(settings, client, cluster)?.as_ref(),
+        now,
+    ))
 }
+
+/// An incomplete upload of ours is aborted once its name is this old (or one period, when
+/// that is longer): a live upload is younger.
+pub const STALE_UPLOAD: Duration = Duration::from_secs(24 * 3600);
 
 /// What retention did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -370,7 +404,8 @@ pub struct Pruned {
 
 /// Keeps the newest `settings.retain` objects of `cluster`: deletes older ones that are
 /// ours by name and metadata, never the newest verified one; aborts our incomplete uploads
-/// named more than one period before `now` (a live upload is younger).
+/// named more than [`STALE_UPLOAD`] (or one period, when longer) before `now` (a live
+/// upload is younger).
 pub fn prune(
     settings: &BackupSettings,
     client: &Client,
@@ -401,7 +436,8 @@ pub fn prune(
         let Some(name) = u.key.strip_prefix(&prefix).and_then(parse_name) else {
             continue;
         };
-        if now.duration_since(name.time).unwrap_or(Duration::ZERO) < settings.period {
+        let stale = settings.period.max(STALE_UPLOAD);
+        if now.duration_since(name.time).unwrap_or(Duration::ZERO) < stale {
             continue;
         }
         client.abort_upload(&u.key, &u.upload_id)?;

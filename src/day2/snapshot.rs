@@ -19,7 +19,13 @@
 //!    older ones are moved into `pruned/` beside them, never deleted (nothing is deleted
 //!    by a day-2 command). Names from the future (a clock that was ahead) are neither
 //!    counted nor moved, and are warned about. Only strict names are touched.
-//! 6. The result, or the failure, recorded in `snapshot.json` for `status`.
+//! 6. Off the node with `[backup]` ([`offsite`]): uploaded to the bucket when this cluster
+//!    has no verified object of the current `backup.period`, under the cluster lock
+//!    `etcd-setup/backup`, encrypted, read back, then the bucket's retention. A failed
+//!    upload is its own failure, as a failed copy is: the snapshot is still kept and
+//!    recorded.
+//! 7. The result, or the failure, recorded in `snapshot.json` (and the upload's in
+//!    `backup.json`) for `status`.
 //!
 //! Every partial is removed on every exit path (a guard), and what a killed run left is
 //! removed by the next (only its own, by pid and member). Snapshots hold every secret of
@@ -27,6 +33,7 @@
 
 pub mod folder;
 pub mod names;
+pub mod offsite;
 
 use super::tools::{self, FileStatus};
 use crate::cluster::lifecycle::Node;
@@ -57,6 +64,14 @@ pub struct Outcome {
     pub pruned: Vec<(PathBuf, PathBuf)>,
     /// The copy into `snapshot.copy_dir` failed (the snapshot itself is kept).
     pub copy_failure: Option<Failure>,
+    /// The cluster's ID.
+    pub cluster: u64,
+    /// The version of the etcd that took it.
+    pub etcd_version: String,
+    /// What the upload to `[backup]` did, or why it failed (the snapshot itself is kept);
+    /// `None` without `[backup]`, or before [`upload`] (`upgrade`'s snapshot stays on the
+    /// node: its timer's next run uploads).
+    pub offsite: Option<Result<offsite::Offsite, offsite::Failed>>,
     /// What the run warns about (names from the future, a retention that failed).
     pub warnings: Vec<String>,
 }
@@ -217,7 +232,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     let client = Node::from_settings(s).own_client();
     // Asked first, within etcdctl's short timeouts: a save to a member that is down would
     // wait out all of snapshot.timeout redialling it. It names the cluster too.
-    let cluster = client
+    let (cluster, etcd_version) = client
         .endpoint_status()
         .map_err(|e| {
             failed(format!(
@@ -225,7 +240,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
             ))
         })?
         .first()
-        .map(|st| st.cluster_id.0)
+        .map(|st| (st.cluster_id.0, st.version.clone()))
         .ok_or_else(|| failed(format!("etcd at {endpoint} gave no status")))?;
     let (staged, part) = Staged::create(&staging, &s.node_name)?;
     drop(part);
@@ -294,6 +309,9 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
         }
     }
     Ok(Outcome {
+        offsite: None,
+        cluster,
+        etcd_version,
         taken: SnapshotTaken {
             time: report::rfc3339(now),
             unix_time: now
@@ -312,6 +330,28 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     })
 }
 
+/// Uploads the snapshot `out` kept to `[backup]` when configured ([`offsite`]), and notes
+/// in `out` what that did.
+pub fn upload(s: &Settings, out: &mut Outcome, now: SystemTime) {
+    let Some(b) = &s.backup else {
+        return;
+    };
+    let file = PathBuf::from(&out.taken.file);
+    let placed = offsite::Placed {
+        file: &file,
+        cluster: out.cluster,
+        member: &s.node_name,
+        revision: out.taken.revision,
+        etcd_version: &out.etcd_version,
+        time: now,
+    };
+    out.offsite = Some(offsite::upload(
+        b,
+        &Node::from_settings(s).own_client(),
+        &placed,
+    ));
+}
+
 /// Removes the `.partial-*` files an agent before the staging folder left in `dir`
 /// (regular files only; under the snapshot lock, no run of this agent writes them).
 fn remove_old_partials(dir: &Folder) {
@@ -322,7 +362,7 @@ fn remove_old_partials(dir: &Folder) {
     }
 }
 
-/// Records `out` in `snapshot.json` in `state_dir`.
+/// Records `out` in `snapshot.json` in `state_dir`, and its upload in `backup.json`.
 pub fn record(state_dir: &Path, out: &Outcome, s: &Settings) -> Result<(), Failure> {
     report::record_snapshot_kept(
         state_dir,
@@ -330,7 +370,28 @@ pub fn record(state_dir: &Path, out: &Outcome, s: &Settings) -> Result<(), Failu
         out.copy_failure.as_ref(),
         out.warnings.clone(),
         s.data.snapshot.stale_after,
-    )
+    )?;
+    let (Some(b), Some(done)) = (&s.backup, &out.offsite) else {
+        return Ok(());
+    };
+    match done {
+        Ok(o) => report::record_upload(
+            state_dir,
+            report::UploadChecked {
+                at: o.at,
+                uploaded: o.uploaded.clone(),
+                newest: o.newest.clone(),
+                period: b.period,
+            },
+        ),
+        Err(f) => report::record_upload_failure(
+            state_dir,
+            &f.failure,
+            f.attempt.as_deref().cloned(),
+            SystemTime::now(),
+            b.period,
+        ),
+    }
 }
 
 /// `etcd-setup snapshot`: the exit code. No node lock and no operation record: a
@@ -358,6 +419,8 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
                     eprintln!("{}", crate::shared::printable::line(&g.headline()));
                 }
             })?;
+            let mut out = out;
+            upload(s, &mut out, now);
             record(&args.dirs.state_dir, &out, s)?;
             let t = &out.taken;
             let mut lines = vec![format!(
@@ -378,12 +441,33 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
                     to.display()
                 ));
             }
-            for w in &out.warnings {
+            let mut warnings = out.warnings.clone();
+            let mut upload_failure = None;
+            match (&s.backup, out.offsite) {
+                (Some(b), Some(Ok(done))) => {
+                    lines.extend(offsite::lines(b, &done));
+                    warnings.extend(done.warnings);
+                }
+                (_, Some(Err(f))) => upload_failure = Some(f.failure),
+                _ => {}
+            }
+            for w in &warnings {
                 eprintln!("warning: {}", crate::shared::printable::line(w));
             }
-            match out.copy_failure {
-                // The snapshot is kept and recorded; its copy failed: say what was done,
-                // then fail with the copy's reason.
+            let failure = match (out.copy_failure, upload_failure) {
+                (Some(copy), Some(upload)) => {
+                    // Both are recorded; the copy's is the command's, the upload's is said.
+                    eprintln!(
+                        "warning: the upload failed too: {}",
+                        crate::shared::printable::line(&upload.headline())
+                    );
+                    Some(copy)
+                }
+                (copy, upload) => copy.or(upload),
+            };
+            match failure {
+                // The snapshot is kept and recorded; its copy or its upload failed: say
+                // what was done, then fail with that reason.
                 Some(copy_failed) => {
                     for l in &lines {
                         crate::shared::output::print(&format!(

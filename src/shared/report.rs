@@ -19,6 +19,7 @@
 //! `/var/lib/etcd-setup` (survives the reboot); see [`State`].
 
 mod atomic;
+mod backup;
 mod failure;
 mod operation;
 mod record;
@@ -28,6 +29,11 @@ mod state;
 mod time;
 
 pub use atomic::atomic_write;
+pub use backup::{
+    backup_record_path, read_backup_record, record_upload, record_upload_failure,
+    record_verification, BackupFailure, BackupRecord, BackupSeen, BackupUpload, BackupVerification,
+    Stamp, UploadChecked, BACKUP_RECORD,
+};
 pub use failure::{clear_failure, write_failure};
 pub use operation::{
     read_operation, remove_own_operation, start_time, Command, Operation, OperationGuard, Process,

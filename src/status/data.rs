@@ -1,16 +1,16 @@
 //! The day-2 part of an answer: etcd's space (database size, size in use, quota) from
-//! `/metrics` on the loopback metrics listener, its active alarms from `/health`, and the
-//! last snapshot from `snapshot.json`.
+//! `/metrics` on the loopback metrics listener, its active alarms from `/health`, the
+//! last snapshot from `snapshot.json`, and the off-node backups from `backup.json`.
 //!
 //! Bounded cost: `/metrics` is one local HTTP read (about 150 KiB) per
 //! [`super::SystemLive::TTL`] at most, never an etcdctl process; `/health` is asked
 //! anyway and names the alarms (`{"health":"false","reason":"ALARM NOSPACE"}` in 3.5;
 //! 3.4 says only `false`, see [`alarms_in`]).
 
-use super::protocol::{Answer, SnapshotView, SpaceView, Verdict};
+use super::protocol::{Answer, BackupView, SnapshotView, SpaceView, Verdict};
 use crate::cluster::health::Health;
 use crate::reason::ReasonCode;
-use crate::shared::report::{read_snapshot_record, Reason};
+use crate::shared::report::{read_backup_record, read_snapshot_record, Reason};
 use std::io::BufRead;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -171,6 +171,87 @@ pub fn annotate(answer: &mut Answer, persist_dir: &Path, now: SystemTime) {
     });
 }
 
+/// Adds the off-node backups from `backup.json` in `persist_dir` to `answer` when
+/// `[backup]` is configured (`period` is `backup.period`, `None` without it): the block,
+/// and a warning for a failed upload, a failed verification, or a newest verified object
+/// older than two periods (or none); the exit code stays as it is, as for snapshots.
+pub fn annotate_backup(
+    answer: &mut Answer,
+    persist_dir: &Path,
+    period: Option<Duration>,
+    now: SystemTime,
+) {
+    let Some(period) = period else {
+        return;
+    };
+    let record = match read_backup_record(persist_dir) {
+        Ok(r) => r.unwrap_or_default(),
+        Err(e) => {
+            answer.warnings.push(format!(
+                "{}: unreadable: {e}",
+                crate::shared::report::backup_record_path(persist_dir).display()
+            ));
+            return;
+        }
+    };
+    let newest = record.newest.clone().or_else(|| {
+        record.last_upload.as_ref().filter(|u| u.verified).map(|u| {
+            crate::shared::report::BackupSeen {
+                at: u.at.clone(),
+                object: u.object.clone(),
+                member: u.member.clone(),
+                size: u.size,
+            }
+        })
+    });
+    let age = newest
+        .as_ref()
+        .map(|n| now.duration_since(n.at.at()).map_or(0, |d| d.as_secs()));
+    let stale = age.is_none_or(|a| a > 2 * period.as_secs());
+    if let Some(f) = &record.failure {
+        answer.warnings.push(format!(
+            "the last backup upload failed at {}: {}: {}",
+            f.at.time, f.code, f.message
+        ));
+    }
+    if let Some(v) = record.last_verification.as_ref().filter(|v| !v.ok) {
+        answer.warnings.push(format!(
+            "the last backup verification of {} failed at {}: {}: {}",
+            v.object,
+            v.at.time,
+            v.code.map_or("backup-verify-failed", |c| c.as_str()),
+            v.message.as_deref().unwrap_or("(no message recorded)")
+        ));
+    }
+    if stale {
+        let p = period.as_secs();
+        answer.warnings.push(match (&newest, age) {
+            (Some(n), Some(a)) => format!(
+                "the newest backup in the bucket is {} h old ({}, taken {}; more than two \
+                 backup.period of {} s)",
+                a / 3600,
+                n.object,
+                n.at.time,
+                p
+            ),
+            _ => "no verified backup in the bucket recorded yet (etcd-setup snapshot \
+                  uploads one per backup.period)"
+                .into(),
+        });
+    }
+    answer.backup = Some(BackupView {
+        configured: true,
+        last_upload: record.last_upload,
+        newest,
+        checked: record.checked,
+        failure: record.failure,
+        last_verification: record.last_verification,
+        age_s: age,
+        period_s: period.as_secs(),
+        stale,
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +408,95 @@ mod tests {
             a.warnings
         );
         assert_eq!(a.warnings[1], "a name from the future");
+    }
+
+    #[test]
+    fn backups_show_only_when_configured_with_their_age_and_failures_as_warnings() {
+        use crate::reason::Failure;
+        use crate::shared::report::{
+            record_upload, record_upload_failure, record_verification, BackupSeen, Stamp,
+            UploadChecked,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let hour = Duration::from_secs(3600);
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_796_118_300);
+        let mut a = answer();
+        annotate_backup(&mut a, dir.path(), None, t);
+        assert_eq!(a.backup, None, "no [backup], no block");
+
+        let mut a = answer();
+        annotate_backup(&mut a, dir.path(), Some(hour), t);
+        let v = a.backup.as_ref().unwrap();
+        assert!(v.configured && v.stale && v.newest.is_none(), "{v:?}");
+        assert!(
+            a.warnings[0].contains("no verified backup"),
+            "{:?}",
+            a.warnings
+        );
+
+        let key = "etcd-setup/00000000000000aa/20261201T094500Z-rev7-etcd-2.db.age";
+        record_upload(
+            dir.path(),
+            UploadChecked {
+                at: t,
+                uploaded: None,
+                newest: Some(BackupSeen {
+                    at: Stamp::of(t),
+                    object: key.into(),
+                    member: "etcd-2".into(),
+                    size: 99,
+                }),
+                period: hour,
+            },
+        )
+        .unwrap();
+        let mut a = answer();
+        annotate_backup(&mut a, dir.path(), Some(hour), t + 2 * hour);
+        let v = a.backup.as_ref().unwrap();
+        assert_eq!(
+            (v.age_s, v.stale),
+            (Some(7200), false),
+            "two periods: not yet"
+        );
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+
+        let mut a = answer();
+        annotate_backup(
+            &mut a,
+            dir.path(),
+            Some(hour),
+            t + 2 * hour + Duration::from_secs(1),
+        );
+        assert!(a.backup.as_ref().unwrap().stale);
+        assert!(a.warnings[0].contains("2 h old"), "{:?}", a.warnings);
+        assert!(a.warnings[0].contains(key), "{:?}", a.warnings);
+
+        let denied = Failure::new(ReasonCode::BackupDenied, "the store refused the keys");
+        record_upload_failure(dir.path(), &denied, None, t + hour, hour).unwrap();
+        let bad = Failure::new(ReasonCode::BackupVerifyFailed, "the trial restore failed");
+        record_verification(dir.path(), key, Err(&bad), t + hour).unwrap();
+        let mut a = answer();
+        annotate_backup(&mut a, dir.path(), Some(hour), t + hour);
+        let v = a.backup.as_ref().unwrap();
+        assert_eq!(v.failure.as_ref().unwrap().code, ReasonCode::BackupDenied);
+        assert!(!v.last_verification.as_ref().unwrap().ok);
+        assert_eq!(a.warnings.len(), 2, "{:?}", a.warnings);
+        assert!(
+            a.warnings[0].contains("upload failed") && a.warnings[0].contains("backup-denied"),
+            "{:?}",
+            a.warnings
+        );
+        assert!(
+            a.warnings[1].contains("verification") && a.warnings[1].contains("trial restore"),
+            "{:?}",
+            a.warnings
+        );
+        // A warning, not a failure: verdict and exit code are what they were.
+        let before = answer();
+        assert_eq!((a.verdict, a.exit_code), (before.verdict, before.exit_code));
+        let long = crate::status::text_long(&a);
+        assert!(long.contains("backup:   newest"), "{long}");
+        assert!(long.contains("last upload failed"), "{long}");
     }
 
     /// A running member whose /health names NOSPACE, with its space.

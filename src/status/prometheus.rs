@@ -234,6 +234,9 @@ pub fn exposition(answer: &Answer, now: SystemTime) -> String {
             bit(s.copy_failure.is_some()),
         );
     }
+    if let Some(b) = &answer.backup {
+        backup_metrics(&mut o, b, now_s);
+    }
     if !answer.certificates.is_empty() {
         o.family(
             "certificate_expiry_timestamp_seconds",
@@ -275,6 +278,61 @@ pub fn exposition(answer: &Answer, now: SystemTime) -> String {
         o.sample("advisory", &[("id", &a.id)], 1);
     }
     o.0
+}
+
+/// The off-node backups' series: what is not known is left out, as elsewhere.
+fn backup_metrics(o: &mut Out, b: &super::protocol::BackupView, now_s: u64) {
+    if let Some(n) = &b.newest {
+        o.gauge(
+            "backup_newest_timestamp_seconds",
+            "When the newest verified backup of the cluster in the bucket was taken (any member's), seconds since the epoch.",
+            n.at.unix_time,
+        );
+        o.gauge(
+            "backup_age_seconds",
+            "Age of the newest verified backup of the cluster when this was written.",
+            now_s.saturating_sub(n.at.unix_time),
+        );
+    }
+    if let Some(u) = b.last_upload.as_ref().filter(|u| u.verified) {
+        o.gauge(
+            "backup_last_upload_timestamp_seconds",
+            "When the snapshot this node last uploaded (and verified by read-back) was taken.",
+            u.at.unix_time,
+        );
+        o.gauge(
+            "backup_last_upload_size_bytes",
+            "Size of the object this node last uploaded, as stored.",
+            u.size,
+        );
+    }
+    if let Some(v) = b.last_verification.as_ref().filter(|v| v.ok) {
+        o.gauge(
+            "backup_last_verified_timestamp_seconds",
+            "When the last full verification of a backup (etcd-setup backups verify) passed.",
+            v.at.unix_time,
+        );
+    }
+    o.gauge(
+        "backup_stale",
+        "1 when the newest verified backup is older than two backup.period, or none is known.",
+        bit(b.stale),
+    );
+    o.family(
+        "backup_failed",
+        "1 with the reason code when the last upload failed (after the last good one).",
+    );
+    if let Some(f) = &b.failure {
+        o.sample("backup_failed", &[("reason", f.code.as_str())], 1);
+    }
+    o.family(
+        "backup_verification_failed",
+        "1 with the reason code when the last full verification of a backup failed.",
+    );
+    if let Some(v) = b.last_verification.as_ref().filter(|v| !v.ok) {
+        let code = v.code.map_or("backup-verify-failed", |c| c.as_str());
+        o.sample("backup_verification_failed", &[("reason", code)], 1);
+    }
 }
 
 fn cert_labels(c: &crate::shared::config::certs::CertView) -> Vec<(&str, &str)> {

@@ -2,7 +2,8 @@
 
 use crate::exit::status as exit;
 use crate::shared::report::{
-    Phase, PhaseStamp, Reason, SnapshotFailure, SnapshotTaken, UpgradeRecord,
+    BackupFailure, BackupSeen, BackupUpload, BackupVerification, Phase, PhaseStamp, Reason,
+    SnapshotFailure, SnapshotTaken, Stamp, UpgradeRecord,
 };
 use serde::{Deserialize, Serialize};
 
@@ -187,6 +188,35 @@ pub struct Answer {
     /// absent when etcd is not active or does not say (added field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
+    /// The off-node backups (`backup.json`): the last upload, the newest verified object
+    /// of the cluster, the last failure and verification, the age; absent without
+    /// `[backup]` (added field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupView>,
+}
+
+/// The off-node backups as this node last saw the bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupView {
+    /// `[backup]` is configured (the block is absent otherwise).
+    pub configured: bool,
+    /// The last object this node uploaded (time, object, size, read-back verified,
+    /// member).
+    pub last_upload: Option<BackupUpload>,
+    /// The newest verified object of the cluster, any member's.
+    pub newest: Option<BackupSeen>,
+    /// When this node last looked at the bucket successfully.
+    pub checked: Option<Stamp>,
+    /// The last upload's failure, when it came after the last good one.
+    pub failure: Option<BackupFailure>,
+    /// The last full verification (`etcd-setup backups verify`).
+    pub last_verification: Option<BackupVerification>,
+    /// Seconds since the newest verified object was taken; `null` when none is known.
+    pub age_s: Option<u64>,
+    /// `backup.period` in seconds.
+    pub period_s: u64,
+    /// Whether the newest verified object is older than two periods, or none is known.
+    pub stale: bool,
 }
 
 /// The member's role in its cluster, from etcd's maintenance status (`isLearner`).

@@ -119,6 +119,8 @@ pub struct Options {
     pub idle_exit: Option<Duration>,
     /// The `[tls]` files to show and judge; `None` without `[tls]` (or a configuration).
     pub tls: Option<crate::shared::config::certs::Policy>,
+    /// `backup.period` when `[backup]` is configured: the answer then has its block.
+    pub backup_period: Option<Duration>,
 }
 
 /// Where a connection is.
@@ -203,10 +205,11 @@ pub fn serve(
         let (evaluations, watch) = (Arc::clone(&evaluations), Arc::clone(&watch));
         let store = options.store.clone();
         let tls = options.tls.clone();
+        let backup = options.backup_period;
         std::thread::Builder::new()
             .name("status-eval".into())
             .stack_size(STACK)
-            .spawn(move || evaluator(evaluations, store, tls, live, watch, wake_tx))
+            .spawn(move || evaluator(evaluations, store, (tls, backup), live, watch, wake_tx))
             .context("cannot start the evaluator thread")?;
     }
     let now = Instant::now();
@@ -678,11 +681,12 @@ fn system_live(metrics_port: u16, role: Option<super::live::RoleSource>) -> Syst
 /// (defaults when it is missing or bad: the server must answer why anyway), takes the
 /// socket from systemd or binds `--socket`, and serves until idle. Returns the exit code.
 pub fn command(args: &ServeStatusArgs) -> u8 {
-    let (group, metrics_port, tls, role) = match config::load(&args.config) {
+    let (group, metrics_port, tls, role, backup_period) = match config::load(&args.config) {
         Ok(s) => {
             let tls = config::certs::Policy::of(&s);
             let role = super::live::role_source(&s);
-            (s.status_group, s.metrics_port, tls, Some(role))
+            let backup = s.backup.as_ref().map(|b| b.period);
+            (s.status_group, s.metrics_port, tls, Some(role), backup)
         }
         Err(f) => {
             if args.config.exists() {
@@ -695,6 +699,7 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
             (
                 config::DEFAULT_STATUS_GROUP.to_string(),
                 config::DEFAULT_METRICS_PORT,
+                None,
                 None,
                 None,
             )
@@ -728,6 +733,7 @@ pub fn command(args: &ServeStatusArgs) -> u8 {
         group,
         idle_exit: (!args.idle_exit.is_zero()).then_some(args.idle_exit),
         tls,
+        backup_period,
     };
     match serve(listener, options, live) {
         Ok(()) => exit::serve::OK,

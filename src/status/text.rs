@@ -198,6 +198,10 @@ fn raw_long(a: &Answer) -> String {
             l.time, l.revision, l.size, l.file
         ));
     }
+    if let Some(b) = &a.backup {
+        out.push_str(&printable::line(&backup_text(b)));
+        out.push('\n');
+    }
     for c in &a.certificates {
         let facts = match (&c.subject, &c.not_after, c.days_left) {
             (Some(subject), Some(until), Some(days)) => format!(
@@ -222,6 +226,52 @@ fn raw_long(a: &Answer) -> String {
     }
     out.push_str(&format!("updated:  {}\n", or_dash(&a.updated_at)));
     out
+}
+
+/// The `backup:` line of `--long`: the newest verified object and its age, this node's
+/// last upload, the last verification, the failure.
+fn backup_text(b: &super::protocol::BackupView) -> String {
+    let mut line = match (&b.newest, b.age_s) {
+        (Some(n), Some(age)) => format!(
+            "backup:   newest {} (member {}, taken {}, {} h old)",
+            n.object,
+            n.member,
+            n.at.time,
+            age / 3600
+        ),
+        _ => "backup:   no verified object known".to_string(),
+    };
+    if let Some(u) = &b.last_upload {
+        line.push_str(&format!(
+            "; uploaded here {} at {}{}",
+            u.object,
+            u.at.time,
+            if u.verified {
+                ", verified read-back"
+            } else {
+                ", NOT verified"
+            }
+        ));
+    }
+    if let Some(v) = &b.last_verification {
+        line.push_str(&format!(
+            "; verified {} at {}: {}",
+            v.object,
+            v.at.time,
+            match (v.ok, v.code) {
+                (true, _) => "ok",
+                (false, Some(c)) => c.as_str(),
+                (false, None) => "failed",
+            }
+        ));
+    }
+    if let Some(f) = &b.failure {
+        line.push_str(&format!(
+            "; last upload failed at {}: {}",
+            f.at.time, f.code
+        ));
+    }
+    line
 }
 
 fn micros_text(us: u64) -> String {

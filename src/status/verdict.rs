@@ -197,6 +197,7 @@ pub fn evaluate_at(
         operation: None,
         certificates: Vec::new(),
         role,
+        backup: None,
     }
 }
 
@@ -238,6 +239,7 @@ fn without_state(
         operation: None,
         certificates: Vec::new(),
         role: None,
+        backup: None,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::raw::RawBackup;
 use super::values::{Checked, Checker};
+pub use crate::backup::seal::Recipient;
 use crate::reason::{Failure, ReasonCode};
 use std::fmt;
 use std::io::Read;
@@ -119,13 +120,6 @@ pub struct Credentials {
     /// The secret access key.
     pub secret_key: Secret,
 }
-
-/// An age recipient (`age1…`), checked for its form; the age module parses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recipient(pub String);
-
-/// bech32's data characters.
-const BECH32: &str = "qpzry9x8gf2tvdw0s3jn54khce6mua7l";
 
 impl Checker<'_> {
     /// `[backup]`, when the table is there.
@@ -409,7 +403,8 @@ impl BackupSettings {
     }
 
     /// The age recipients of `recipients_file` (one `age1…` a line, `#` comments, blank
-    /// lines); empty when not encrypting. At least one when encrypting.
+    /// lines), parsed by the age module (`backup::seal`, the one home of the rule); empty
+    /// when not encrypting. At least one when encrypting.
     pub fn recipients(&self) -> Result<Vec<Recipient>, Failure> {
         let Some(file) = self.recipients_file.as_deref().filter(|_| self.encrypt) else {
             return Ok(Vec::new());
@@ -422,23 +417,19 @@ impl BackupSettings {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let ok = line.len() <= 1024
-                && line
-                    .strip_prefix("age1")
-                    .is_some_and(|d| d.len() >= 6 && d.chars().all(|c| BECH32.contains(c)));
-            if !ok {
-                let shown: String = line.chars().take(12).collect();
-                return Err(self.file_err(
+            // What a recipient is has one home: the age module that encrypts to it.
+            let r: Recipient = line.parse().map_err(|why| {
+                self.file_err(
                     key,
                     file,
                     format_args!(
-                        "line {}: {shown:?}… is not an age recipient (age1 followed by bech32 \
-                         characters; the public key, never the AGE-SECRET-KEY identity)",
+                        "line {}: is not an age recipient: the line {why} (one age1… public \
+                         key a line, never the AGE-SECRET-KEY identity)",
                         n + 1
                     ),
-                ));
-            }
-            out.push(Recipient(line.to_string()));
+                )
+            })?;
+            out.push(r);
         }
         if out.is_empty() {
             return Err(self.file_err(key, file, "holds no age1… recipient"));

@@ -148,3 +148,51 @@ fn unreachable_says_status_up_0_only() {
     assert!(text.ends_with("etcd_setup_status_up 0\n"), "{text}");
     assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 1);
 }
+
+#[test]
+fn backups_give_their_times_age_and_failures_and_nothing_without_backup() {
+    let text = exposition(&answer(serde_json::json!({})), at(1000));
+    assert!(!text.contains("etcd_setup_backup"), "{text}");
+    let backup = serde_json::json!({ "backup": {
+        "configured": true,
+        "last_upload": {
+            "time": "2026-12-01T09:45:00Z", "unix_time": 1_796_118_300u64,
+            "object": "etcd-setup/8e9e05c52164694d/20261201T094500Z-rev4711-etcd-1.db.age",
+            "bucket": "b", "size": 4242, "verified": true, "member": "etcd-1",
+            "revision": 4711, "encrypted": true
+        },
+        "newest": {
+            "time": "2026-12-01T09:45:00Z", "unix_time": 1_796_118_300u64,
+            "object": "etcd-setup/8e9e05c52164694d/20261201T094500Z-rev4711-etcd-1.db.age",
+            "member": "etcd-1", "size": 4242
+        },
+        "checked": null,
+        "failure": {
+            "time": "2026-12-01T10:45:00Z", "unix_time": 1_796_121_900u64,
+            "code": "backup-denied", "message": "SignatureDoesNotMatch"
+        },
+        "last_verification": {
+            "time": "2026-12-01T11:00:00Z", "unix_time": 1_796_122_800u64,
+            "object": "x", "ok": false, "code": "backup-verify-failed", "message": "m"
+        },
+        "age_s": 3600, "period_s": 3600, "stale": false
+    }});
+    let text = exposition(&answer(backup), at(1_796_121_900));
+    well_formed(&text);
+    for line in [
+        "etcd_setup_backup_newest_timestamp_seconds 1796118300",
+        "etcd_setup_backup_age_seconds 3600",
+        "etcd_setup_backup_last_upload_timestamp_seconds 1796118300",
+        "etcd_setup_backup_last_upload_size_bytes 4242",
+        "etcd_setup_backup_stale 0",
+        "etcd_setup_backup_failed{reason=\"backup-denied\"} 1",
+        "etcd_setup_backup_verification_failed{reason=\"backup-verify-failed\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+    // A failed verification gives no "last verified" time.
+    assert!(
+        !text.contains("etcd_setup_backup_last_verified_timestamp_seconds "),
+        "{text}"
+    );
+}

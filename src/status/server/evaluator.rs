@@ -77,7 +77,10 @@ impl Drop for StopOnDrop {
 pub(super) fn evaluator(
     evaluations: Arc<Evaluations>,
     store: StateStore,
-    tls: Option<crate::shared::config::certs::Policy>,
+    (tls, backup_period): (
+        Option<crate::shared::config::certs::Policy>,
+        Option<std::time::Duration>,
+    ),
     live: Arc<dyn LiveView>,
     watch: Arc<Watch>,
     wake: UnixStream,
@@ -116,6 +119,12 @@ pub(super) fn evaluator(
             };
             let mut answer = evaluate(&fresh, &live_copy, live.as_ref(), &pid_alive);
             crate::status::data::annotate(&mut answer, &persist_dir, std::time::SystemTime::now());
+            crate::status::data::annotate_backup(
+                &mut answer,
+                &persist_dir,
+                backup_period,
+                std::time::SystemTime::now(),
+            );
             if let Some(policy) = &tls {
                 crate::status::certs::annotate(
                     &mut answer,

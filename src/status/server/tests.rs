@@ -103,6 +103,7 @@ fn serve_in(dir: &Path, before: impl FnOnce(&Path)) {
             .map_or_else(|| "root".into(), |g| g.name),
         idle_exit: None,
         tls: None,
+        backup_period: None,
     };
     let live = Arc::new(NoEtcd);
     std::thread::spawn(move || serve(listener, options, live));
