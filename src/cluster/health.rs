@@ -61,6 +61,12 @@ pub const MAX_METRICS: u64 = 1 << 20;
 /// The metric naming the running version.
 const VERSION_METRIC: &str = "etcd_server_version{";
 
+/// How long a day-2 command's one read of `/metrics` may take (upgrade, rotate-ca): etcd
+/// renders every metric family before it sends the first byte, which took more than 3 s on
+/// a loaded, emulated node (c4: a healthy etcd 3.4 refused as `upgrade-unhealthy`). The
+/// status server's reads stay short: it answers a poll, and says "unknown" instead.
+pub const DAY2_DEADLINE: Duration = Duration::from_secs(15);
+
 /// The version the etcd answering at `addr` runs, from `GET /metrics`: read line by line
 /// and stopped at the `etcd_server_version` line, within `deadline` in all (connect,
 /// write, every read) and [`MAX_METRICS`] bytes.
@@ -182,7 +188,14 @@ pub(crate) struct Deadlined {
 impl Read for Deadlined {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.stream.set_read_timeout(Some(remaining(self.end)?))?;
-        self.stream.read(buf)
+        // A read timeout shows as EAGAIN ("Resource temporarily unavailable"): say what
+        // it is.
+        self.stream.read(buf).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                io::Error::new(io::ErrorKind::TimedOut, "no reply within the deadline")
+            }
+            _ => e,
+        })
     }
 }
 
@@ -298,6 +311,10 @@ mod tests {
         let started = Instant::now();
         let e = server_version(addr, Duration::from_millis(300)).unwrap_err();
         assert!(started.elapsed() < Duration::from_millis(1500), "{e}");
+        assert!(
+            e.contains(&format!("{addr}/metrics")) && e.contains("no reply within the deadline"),
+            "{e}"
+        );
         server.join().unwrap();
     }
 }

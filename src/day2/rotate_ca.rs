@@ -290,7 +290,7 @@ fn rotate(f: &Frame, args: &RotateCaArgs) -> Result<String, Failure> {
         None
     };
     let metrics = crate::shared::member::ThisMember::of(s).metrics;
-    let release = health::server_version(metrics, Duration::from_secs(3))
+    let release = health::server_version(metrics, health::DAY2_DEADLINE)
         .ok()
         .and_then(|v| Version::parse(&v));
     let service = Etcd::connect(s)?;

@@ -335,7 +335,7 @@ fn upgrade(
     }
     let view = survey(&client, &node).unwrap_or_default();
     record.record.members = versions_of(&view);
-    record.record.cluster_version = health::cluster_version(metrics, Duration::from_secs(3)).ok();
+    record.record.cluster_version = health::cluster_version(metrics, health::DAY2_DEADLINE).ok();
     drop(lock);
     outcome?;
     record.set(
@@ -422,7 +422,7 @@ pub fn take_turn(
 /// The version this member's etcd runs, from `/metrics`: `upgrade-unhealthy` when it
 /// does not answer.
 fn running_version(metrics: SocketAddr) -> Result<Version, Failure> {
-    let text = health::server_version(metrics, Duration::from_secs(3)).map_err(|e| {
+    let text = health::server_version(metrics, health::DAY2_DEADLINE).map_err(|e| {
         Failure::new(
             ReasonCode::UpgradeUnhealthy,
             format!("this member's etcd does not tell its version ({e}); it must run and be healthy before an upgrade"),
