@@ -239,6 +239,35 @@ pub fn annotate_backup(
                 .into(),
         });
     }
+    // Issue 21's rule: a failed upload or verification fails a running member, with its
+    // reason (the cluster's off-node copy is what the platform relies on once every VM is
+    // gone); a stale backup is a warning only. The verification's failure comes first: it
+    // says the bucket holds no object that restores.
+    if answer.verdict == Verdict::Running {
+        let failed = record
+            .last_verification
+            .as_ref()
+            .filter(|v| !v.ok)
+            .map(|v| Reason {
+                code: v.code.unwrap_or(ReasonCode::BackupVerifyFailed),
+                message: format!(
+                    "the backup {} did not verify: {}",
+                    v.object,
+                    v.message.as_deref().unwrap_or("(no message recorded)")
+                ),
+            })
+            .or_else(|| {
+                record.failure.as_ref().map(|f| Reason {
+                    code: f.code,
+                    message: format!("the backup upload failed at {}: {}", f.at.time, f.message),
+                })
+            });
+        if let Some(reason) = failed {
+            answer.verdict = Verdict::Failed;
+            answer.exit_code = Verdict::Failed.exit_code();
+            answer.reason = Some(reason);
+        }
+    }
     answer.backup = Some(BackupView {
         configured: true,
         last_upload: record.last_upload,
@@ -411,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn backups_show_only_when_configured_with_their_age_and_failures_as_warnings() {
+    fn backups_show_only_when_configured_with_their_age_and_a_failure_fails_a_running_member() {
         use crate::reason::Failure;
         use crate::shared::report::{
             record_upload, record_upload_failure, record_verification, BackupSeen, Stamp,
@@ -491,9 +520,19 @@ mod tests {
             "{:?}",
             a.warnings
         );
-        // A warning, not a failure: verdict and exit code are what they were.
+        // Warnings, and on a running member a failure with the verification's reason
+        // (this answer's member is not running: its verdict stays as it was).
         let before = answer();
         assert_eq!((a.verdict, a.exit_code), (before.verdict, before.exit_code));
+        let mut running = answer();
+        running.verdict = Verdict::Running;
+        running.exit_code = Verdict::Running.exit_code();
+        running.reason = None;
+        annotate_backup(&mut running, dir.path(), Some(hour), t + hour);
+        assert_eq!((running.verdict, running.exit_code), (Verdict::Failed, 1));
+        let why = running.reason.as_ref().unwrap();
+        assert_eq!(why.code, ReasonCode::BackupVerifyFailed, "{why:?}");
+        assert!(why.message.contains(key), "{why:?}");
         let long = crate::status::text_long(&a);
         assert!(long.contains("backup:   newest"), "{long}");
         assert!(long.contains("last upload failed"), "{long}");
