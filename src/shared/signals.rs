@@ -9,9 +9,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Files removed before the process exits on a signal, each until its [`Cleanup`] drops.
-static FILES: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+/// Files (and folders) removed before the process exits on a signal, each until its
+/// [`Cleanup`] drops.
+static FILES: Mutex<Vec<(u64, PathBuf, Kind)>> = Mutex::new(Vec::new());
 static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// What a [`Cleanup`] removes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Tree,
+}
 
 /// A file that must not outlive this process (a one-shot flag, a record of this process),
 /// removed by [`run_cleanups`] on a signal; the owner removes it on the other ways out.
@@ -21,26 +29,39 @@ pub struct Cleanup(u64);
 impl Cleanup {
     /// Registers `path`.
     pub fn remove_file(path: &Path) -> Cleanup {
+        Cleanup::register(path, Kind::File)
+    }
+
+    /// Registers the folder `path`, removed with everything in it (no link followed): a
+    /// scratch folder of this process alone.
+    pub fn remove_tree(path: &Path) -> Cleanup {
+        Cleanup::register(path, Kind::Tree)
+    }
+
+    fn register(path: &Path, kind: Kind) -> Cleanup {
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        files().push((id, path.to_path_buf()));
+        files().push((id, path.to_path_buf(), kind));
         Cleanup(id)
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        files().retain(|(id, _)| *id != self.0);
+        files().retain(|(id, _, _)| *id != self.0);
     }
 }
 
-fn files() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf)>> {
+fn files() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf, Kind)>> {
     FILES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Removes every registered file (best effort).
+/// Removes every registered file and folder (best effort).
 pub fn run_cleanups() {
-    for (_, path) in files().iter() {
-        let _ = std::fs::remove_file(path);
+    for (_, path, kind) in files().iter() {
+        let _ = match kind {
+            Kind::File => std::fs::remove_file(path),
+            Kind::Tree => std::fs::remove_dir_all(path),
+        };
     }
 }
 
