@@ -276,6 +276,11 @@ fn a_backup_is_listed_verified_and_restored_on_a_fresh_node(version: &str) {
         "{so}"
     );
 
+    // What a killed fetch left (its pid and start time name no process) goes with the next.
+    let dead = bed.dir.path().join("snaps/.backup-scratch/999999999-1-0");
+    std::fs::create_dir_all(dead.join(".trial-999999999-1/data")).unwrap();
+    std::fs::write(dead.join("etcd-snapshot-left.db"), "plaintext").unwrap();
+
     // Proven, with the identity of the configuration.
     let (code, so, se) = bed.run(&["backups", "verify", "--format", "json"]);
     assert_eq!(code, Some(0), "{so}{se}");
@@ -286,6 +291,7 @@ fn a_backup_is_listed_verified_and_restored_on_a_fresh_node(version: &str) {
     assert_eq!(v["key_revisions"], KEYS as u64);
     assert_eq!(v["snapshot_size"], std::fs::metadata(&snap).unwrap().len());
     assert_eq!(v["object_size"], size);
+    assert!(!dead.exists());
     bed.assert_no_scratch("verify");
     let (code, so, se) = bed.run(&["backups", "verify", &name]);
     assert_eq!(code, Some(0), "{so}{se}");

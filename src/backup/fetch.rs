@@ -81,11 +81,11 @@ fn sha256_hex(text: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// A metadata value as shown: one line of printable text, at most 100 characters.
+/// A metadata value, trimmed, at most 100 characters (text output escapes it, as every
+/// line a command prints; JSON keeps it as it is).
 fn value(head: &Head, name: &str) -> Option<String> {
     let v = head.get(name)?.trim();
-    (!v.is_empty())
-        .then(|| crate::shared::printable::line(&v.chars().take(100).collect::<String>()))
+    (!v.is_empty()).then(|| v.chars().take(100).collect())
 }
 
 impl Recorded {
@@ -352,6 +352,10 @@ fn alive(name: &str) -> bool {
         // Not a name of ours: only root could have put it there; left alone.
         return true;
     };
+    if start == 0 {
+        // Written without a start time (no /proc entry then): alive while the pid is.
+        return Path::new(&format!("/proc/{pid}")).exists();
+    }
     Process {
         pid,
         start_time: Some(start),
@@ -604,11 +608,14 @@ pub fn fetch(
         None
     };
 
-    let member = r
-        .member
-        .clone()
-        .unwrap_or_else(|| backup.backup.name.member.clone());
-    let name = crate::day2::snapshot::names::name_for(cluster, &member, backup.time(), revision);
+    // The member of the object's name, which its grammar keeps to [A-Za-z0-9._-]: the
+    // metadata's could hold a `/`.
+    let name = crate::day2::snapshot::names::name_for(
+        cluster,
+        &backup.backup.name.member,
+        backup.time(),
+        revision,
+    );
     let (scratch, file) = scratch(snapshot_dir, &name)?;
     let (object, plain) = download(
         settings,
@@ -670,7 +677,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn metadata_is_read_leniently_and_shown_safely() {
+    fn metadata_is_read_leniently() {
         let head = Head {
             size: 10,
             meta: vec![
@@ -685,7 +692,7 @@ mod tests {
         let r = Recorded::of(&head);
         assert_eq!(r.cluster, Some(0x8e9e_05c5_2164_694d));
         assert_eq!(r.revision, Some(4711));
-        assert_eq!(r.member.as_deref(), Some("etcd-1\\x1b[2J"));
+        assert_eq!(r.member.as_deref(), Some("etcd-1\u{1b}[2J"));
         assert_eq!(r.plain_sha256, Some([0xab; 32]));
         assert_eq!(r.object_sha256, None);
         // Read back, but without the object's digest it does not count.

@@ -228,6 +228,13 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
         },
         |f| {
             let s = &f.settings;
+            let systemd;
+            let service: &dyn Service = if args.no_systemd {
+                &ByCaller
+            } else {
+                systemd = service::Etcd::connect(s)?;
+                &systemd
+            };
             // A backup is fetched and proven (a trial restore) before etcd is touched; its
             // scratch copy goes when `proven` drops, whatever the restore did.
             let proven = match &args.from_backup {
@@ -249,13 +256,6 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                         "name the snapshot FILE or --from-backup latest|NAME",
                     ))
                 }
-            };
-            let systemd;
-            let service: &dyn Service = if args.no_systemd {
-                &ByCaller
-            } else {
-                systemd = service::Etcd::connect(s)?;
-                &systemd
             };
             // etcd is stopped and started again: status says so rather than `failed`.
             f.step(
