@@ -595,3 +595,71 @@ fn a_backup_in_the_clear_is_proven_by_its_digests_and_a_flipped_byte_is_corrupt(
     bed.assert_no_scratch("flipped in the clear");
     bed.assert_no_secret();
 }
+
+#[test]
+fn a_verify_stopped_by_sigterm_removes_its_scratch_copy() {
+    // 100 KiB values: a snapshot of about 2 MiB, long enough to be caught mid-way.
+    let mut bed = Bed::new("3.5.16", "tok-fromback-term", 100);
+    let etcd = bed.c.client();
+    let value = "w".repeat(100 << 10);
+    for i in 0..100 {
+        etcd.put(&format!("/bulk/{i:03}"), &value).unwrap();
+    }
+    let (snap, revision) = bed.snapshot();
+    let key = bed.upload(&snap, bed.cluster(), revision);
+    let state = bed.dir.path().join("state");
+    let mut child = Command::new(BIN)
+        .args(["backups", "--run-dir"])
+        .arg(&state)
+        .args(["verify", "--config"])
+        .arg(&bed.cfg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Awaited: the plaintext copy appears in the scratch folder.
+    let top = bed.dir.path().join("snaps/.backup-scratch");
+    let started = std::time::Instant::now();
+    let seen = loop {
+        let copy = std::fs::read_dir(&top).ok().and_then(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_dir(e.path()).ok())
+                .flatten()
+                .flatten()
+                .find(|f| {
+                    f.file_name()
+                        .to_string_lossy()
+                        .starts_with("etcd-snapshot-")
+                })
+        });
+        if let Some(f) = copy {
+            break f.path();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("verify of {key} ended ({status}) before its copy was seen");
+        }
+        assert!(started.elapsed().as_secs() < 60, "no scratch copy appeared");
+        std::thread::yield_now();
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let se = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("{seen:?}: {se}");
+    bed.outputs.push(se.clone());
+    // Caught before it ended: interrupted, and the copy is gone.
+    assert_eq!(out.status.code(), Some(4), "{se}");
+    assert!(
+        se.starts_with(
+            "interrupted: etcd-setup backups was stopped by SIGTERM while fetching and proving \
+             the backup latest of cluster "
+        ),
+        "{se}"
+    );
+    assert!(!seen.exists());
+    bed.assert_no_scratch("SIGTERM");
+    bed.assert_no_secret();
+}

@@ -220,10 +220,21 @@ pub fn command(args: &BackupsArgs) -> u8 {
             let cluster = args.cluster.unwrap_or(f.node.expected_cluster_id().0);
             match &args.action {
                 None | Some(BackupsAction::List) => {
+                    f.step(
+                        &format!("listing the backups of cluster {cluster:016x}"),
+                        false,
+                    );
                     let all = fetch::list(b, &client, cluster)?;
                     Ok(list_lines(b, cluster, &all, args.format, SystemTime::now()))
                 }
                 Some(BackupsAction::Verify(v)) => {
+                    f.step(
+                        &format!(
+                            "fetching and proving the backup {} of cluster {cluster:016x}",
+                            v.backup
+                        ),
+                        false,
+                    );
                     let outcome = prove(s, b, &client, cluster, &v.backup, v.identity.as_deref());
                     // merge: record_verification(outcome)
                     let proven = outcome?;

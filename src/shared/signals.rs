@@ -58,11 +58,15 @@ fn files() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf, Kind)>> {
 /// Removes every registered file and folder (best effort).
 pub fn run_cleanups() {
     for (_, path, kind) in files().iter() {
-        let _ = match kind {
-            Kind::File => std::fs::remove_file(path),
-            Kind::Tree => std::fs::remove_dir_all(path),
-        };
+        remove(path, *kind);
     }
+}
+
+fn remove(path: &Path, kind: Kind) {
+    let _ = match kind {
+        Kind::File => std::fs::remove_file(path),
+        Kind::Tree => std::fs::remove_dir_all(path),
+    };
 }
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and so in every thread spawned after)
@@ -97,4 +101,36 @@ pub fn test_crash_point(point: &str) {
         std::process::abort();
     }
     let _ = point;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entries registered under `c` (not every one: other tests run beside).
+    fn run_one(c: &Cleanup) {
+        let entries: Vec<(PathBuf, Kind)> = files()
+            .iter()
+            .filter(|(id, _, _)| *id == c.0)
+            .map(|(_, p, k)| (p.clone(), *k))
+            .collect();
+        assert_eq!(entries.len(), 1);
+        for (p, k) in entries {
+            remove(&p, k);
+        }
+    }
+
+    #[test]
+    fn a_registered_folder_goes_with_what_is_in_it_until_its_cleanup_drops() {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("scratch");
+        std::fs::create_dir_all(tree.join("trial/data")).unwrap();
+        std::fs::write(tree.join("trial/data/db"), "plaintext").unwrap();
+        let c = Cleanup::remove_tree(&tree);
+        run_one(&c);
+        assert!(!tree.exists());
+        let id = c.0;
+        drop(c);
+        assert!(files().iter().all(|(i, _, _)| *i != id));
+    }
 }
