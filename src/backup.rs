@@ -5,9 +5,13 @@
 //! what `age` encrypted; [`trial`] proves a plaintext snapshot restores before anyone
 //! relies on it. Bucket side: `sigv4.rs` signs requests (AWS Signature V4, by hand),
 //! `s3.rs` is the client (HTTP/1.1 over rustls, streaming multipart upload), `bucket.rs`
-//! the objects' names, metadata, retention and the upload of one snapshot.
+//! the objects' names, metadata, retention and the upload of one snapshot. Read side:
+//! `fetch.rs` lists a cluster's backups with their metadata and fetches one, decrypted
+//! into a root-only scratch file and proven, for `backups verify` and `restore
+//! --from-backup`.
 
 pub mod bucket;
+pub mod fetch;
 pub mod s3;
 pub mod seal;
 pub mod sigv4;

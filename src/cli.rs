@@ -60,6 +60,11 @@ pub enum Command {
     /// trust this member's and its peers' certificates; one member at a time, leader last.
     #[command(after_help = exit::ROTATE_CA.help())]
     RotateCa(RotateCaArgs),
+    /// The backups of this cluster in the `[backup]` bucket: list them (newest first), or
+    /// verify one: fetch it, decrypt it, check it against its metadata and restore it on
+    /// trial in a scratch folder.
+    #[command(after_help = exit::BACKUPS.help())]
+    Backups(BackupsArgs),
     /// The server behind the status socket, started by etcd-setup-status.socket; takes
     /// the socket from systemd (LISTEN_FDS) or binds --socket, exits when idle.
     #[command(hide = true)]
@@ -176,8 +181,22 @@ pub struct RotateCaArgs {
 #[derive(clap::Args, Debug)]
 pub struct RestoreArgs {
     /// The snapshot file (written by `etcd-setup snapshot` or `etcdctl snapshot save`).
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "from_backup")]
+    pub file: Option<PathBuf>,
+    /// Restore a backup of the `[backup]` bucket instead of a file: `latest` (the newest
+    /// one verified at upload) or its name as `backups` lists it. It is fetched,
+    /// decrypted and proven as `backups verify` does before etcd is stopped.
+    #[arg(long, value_name = "latest|NAME", conflicts_with_all = ["file", "skip_hash_check"])]
+    pub from_backup: Option<BackupRef>,
+    /// With --from-backup: the age identity file that decrypts it (default:
+    /// backup.identity_file).
+    #[arg(long, value_name = "FILE", requires = "from_backup")]
+    pub identity: Option<PathBuf>,
+    /// With --from-backup: take the backup from this cluster's folder (16 hex digits)
+    /// instead of this configuration's cluster: the way to restore another cluster's
+    /// backup here.
+    #[arg(long, value_name = "ID", value_parser = parse_cluster_id, requires = "from_backup")]
+    pub cluster: Option<u64>,
     /// The node's configuration (TOML).
     #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH)]
     pub config: PathBuf,
@@ -201,6 +220,53 @@ pub struct RestoreArgs {
     #[command(flatten)]
     pub dirs: StateDirs,
 }
+
+/// `etcd-setup backups`.
+#[derive(clap::Args, Debug)]
+pub struct BackupsArgs {
+    /// What to do (default: list).
+    #[command(subcommand)]
+    pub action: Option<BackupsAction>,
+    /// The node's configuration (TOML), with its `[backup]` table.
+    #[arg(long, value_name = "FILE", default_value = config::DEFAULT_PATH, global = true)]
+    pub config: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
+    pub format: Format,
+    /// The cluster whose backups to use (16 hex digits; default: the one this
+    /// configuration's etcd.initial_cluster and etcd.cluster_token make).
+    #[arg(long, value_name = "ID", value_parser = parse_cluster_id, global = true)]
+    pub cluster: Option<u64>,
+    /// State folders.
+    #[command(flatten)]
+    pub dirs: StateDirs,
+}
+
+/// `etcd-setup backups` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum BackupsAction {
+    /// This cluster's backups, newest first: time, member, revision, size, age, and how
+    /// each was verified.
+    List,
+    /// Fetch a backup, decrypt it into a root-only scratch file, check its SHA-256,
+    /// etcd's trailer and `snapshot status` against its metadata, restore it on trial and
+    /// compare; the scratch is removed on every way out.
+    Verify(BackupsVerifyArgs),
+}
+
+/// `etcd-setup backups verify`.
+#[derive(clap::Args, Debug)]
+pub struct BackupsVerifyArgs {
+    /// `latest` (the newest verified at upload) or a backup's name as `backups` lists it.
+    #[arg(value_name = "latest|NAME", default_value = "latest")]
+    pub backup: BackupRef,
+    /// The age identity file that decrypts it (default: backup.identity_file).
+    #[arg(long, value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+}
+
+/// Which backup: `latest` or a name (the type lives with the fetch).
+pub use crate::backup::fetch::Which as BackupRef;
 
 /// `etcd-setup maintain`.
 #[derive(clap::Args, Debug)]
@@ -297,6 +363,17 @@ pub enum Format {
 fn parse_duration(text: &str) -> Result<Duration, String> {
     config::parse_duration(text)
         .ok_or_else(|| format!("{text:?} is not a duration like 90s, 15min or 1h"))
+}
+
+fn parse_cluster_id(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.len() != 16 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "a cluster ID is 16 hex digits (as in a backup's folder, e.g. 8e9e05c52164694d), got {} characters",
+            t.chars().count()
+        ));
+    }
+    u64::from_str_radix(t, 16).map_err(|e| e.to_string())
 }
 
 fn parse_archive_path(text: &str) -> Result<String, String> {

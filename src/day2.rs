@@ -1,10 +1,11 @@
 //! Day 2 on the node: leaving the cluster ([`leave`]), guarded rolling upgrades
 //! ([`upgrade`]), verified snapshots ([`snapshot`]), restore of a snapshot as a new
 //! one-member cluster ([`restore`]), defragmentation and NOSPACE recovery one member at a
-//! time ([`maintain`]). Each command acts on the etcd that `--config` describes, through
-//! the installed release's own tools: `etcdctl` via [`crate::cluster::etcd::Client`], and for
-//! snapshot files `etcdutl` (3.5) or `etcdctl` (3.4, which has no etcdutl) via
-//! [`tools`].
+//! time ([`maintain`]), and the backups off the node: listed and proven ([`backups`]),
+//! restored (`restore --from-backup`). Each command acts on the etcd that `--config`
+//! describes, through the installed release's own tools: `etcdctl` via
+//! [`crate::cluster::etcd::Client`], and for snapshot files `etcdutl` (3.5) or `etcdctl`
+//! (3.4, which has no etcdutl) via [`tools`].
 //!
 //! Each runs in one frame ([`frame`]: configuration, this member, the node lock, the
 //! operation record, signals, output and exit code), and stops and starts etcd through
@@ -15,6 +16,7 @@
 //! [`crate::cluster::lifecycle::Node::own_client`]), the URL its TLS certificate is issued
 //! for; etcd also listens on 127.0.0.1, but a certificate need not name it.
 
+pub mod backups;
 pub mod frame;
 pub mod leave;
 pub mod maintain;

@@ -115,6 +115,24 @@ pub mod data {
     pub const LOCKED: u8 = 5;
 }
 
+/// Exit codes of `etcd-setup backups` (`list`, `verify`).
+pub mod backups {
+    /// Listed; or (`verify`) the backup was fetched, decrypted and proven by a trial
+    /// restore.
+    pub const OK: u8 = 0;
+    /// The bucket could not be asked (the store's `backup-*` codes), no such backup, or
+    /// the node could not do its part (disk-full); the reason is printed.
+    pub const FAILED: u8 = 1;
+    /// The configuration file is missing or invalid, has no `[backup]`, or no identity
+    /// is named for an encrypted backup.
+    pub const CONFIG: u8 = 3;
+    /// Stopped by a signal (`interrupted`); the scratch copy is removed.
+    pub const INTERRUPTED: u8 = 4;
+    /// `verify`: the backup is not proven: corrupt, truncated, not for this identity, or
+    /// its trial restore failed.
+    pub const UNPROVEN: u8 = 6;
+}
+
 /// The exit code of a day-2 command that failed with `reason`: the one mapping from
 /// reason codes to exit codes (`run` records its reason and returns its codes itself).
 pub fn of(command: crate::shared::report::Command, reason: crate::reason::ReasonCode) -> u8 {
@@ -143,6 +161,12 @@ pub fn of(command: crate::shared::report::Command, reason: crate::reason::Reason
         (C::RotateCa, R::CertUntrusted | R::ClusterUnhealthy) => rotate_ca::REFUSED,
         (C::RotateCa, _) => rotate_ca::FAILED,
         (C::Maintain, R::ClusterUnhealthy) => data::UNHEALTHY,
+        (C::Backups, R::Interrupted) => backups::INTERRUPTED,
+        (
+            C::Backups,
+            R::BackupCorrupt | R::BackupTruncated | R::BackupDecryptFailed | R::BackupVerifyFailed,
+        ) => backups::UNPROVEN,
+        (C::Backups, _) => backups::FAILED,
         (C::Snapshot | C::Restore | C::Maintain, R::Locked) => data::LOCKED,
         (C::Snapshot | C::Restore | C::Maintain, _) => data::FAILED,
     }
@@ -341,7 +365,7 @@ pub const RESTORE: Table = Table {
         ),
         code(
             data::FAILED,
-            "not restored (snapshot-corrupt, cluster-mismatch, restore-failed, etcd-start-failed, systemd-failed, disk-full, interrupted before etcd was stopped); the reason is printed",
+            "not restored (snapshot-corrupt, cluster-mismatch, restore-failed, etcd-start-failed, systemd-failed, disk-full, interrupted before etcd was stopped; with --from-backup also backup-not-found, backup-corrupt, backup-truncated, backup-decrypt-failed, backup-verify-failed and the store's backup-* codes, before etcd was stopped); the reason is printed",
         ),
         code(USAGE, "the command line is wrong"),
         code(
@@ -415,9 +439,37 @@ pub const ROTATE_CA: Table = Table {
     ],
 };
 
+/// `etcd-setup backups`.
+pub const BACKUPS: Table = Table {
+    command: "backups",
+    codes: &[
+        code(
+            backups::OK,
+            "listed (`list`), or the backup was fetched, decrypted, checked against its metadata and restored on trial (`verify`)",
+        ),
+        code(
+            backups::FAILED,
+            "the bucket could not be asked (backup-unreachable, backup-tls-refused, backup-denied, backup-bucket-missing, backup-clock-skew, backup-failed), no such backup (backup-not-found), or disk-full; the reason is printed",
+        ),
+        code(USAGE, "the command line is wrong"),
+        code(
+            backups::CONFIG,
+            "the configuration file is missing or invalid, has no [backup], or no identity is named for an encrypted backup (config-invalid)",
+        ),
+        code(
+            backups::INTERRUPTED,
+            "stopped by a signal (interrupted); the scratch copy is removed",
+        ),
+        code(
+            backups::UNPROVEN,
+            "`verify`: the backup is not proven (backup-corrupt, backup-truncated, backup-decrypt-failed, backup-verify-failed)",
+        ),
+    ],
+};
+
 /// Every command's table, in the README's order.
 pub const ALL: &[Table] = &[
-    RUN, CHECK, STATUS, LEAVE, SNAPSHOT, RESTORE, MAINTAIN, UPGRADE, ROTATE_CA,
+    RUN, CHECK, STATUS, LEAVE, SNAPSHOT, RESTORE, MAINTAIN, UPGRADE, ROTATE_CA, BACKUPS,
 ];
 
 impl Table {
@@ -458,6 +510,7 @@ mod tests {
             (C::Restore, RESTORE),
             (C::Maintain, MAINTAIN),
             (C::RotateCa, ROTATE_CA),
+            (C::Backups, BACKUPS),
         ] {
             for reason in crate::reason::ReasonCode::ALL {
                 let code = of(cmd, *reason);
@@ -469,8 +522,9 @@ mod tests {
         }
     }
 
-    /// A lock held past its wait is the table's own "locked" row for every command, not
-    /// its general failure (snapshot's snapshot.lock once gave 1 where its table says 5).
+    /// A lock held past its wait is the table's own "locked" row for every command that
+    /// takes one, not its general failure (snapshot's snapshot.lock once gave 1 where its
+    /// table says 5). `backups` takes none.
     #[test]
     fn a_lock_held_too_long_gives_the_row_that_says_so() {
         use crate::shared::report::Command as C;

@@ -16,6 +16,7 @@ fn main() -> ExitCode {
         Command::Maintain(args) => etcd_setup::day2::maintain::command(&args),
         Command::RotateCa(args) => etcd_setup::day2::rotate_ca::command(&args),
         Command::Upgrade(args) => etcd_setup::day2::upgrade::command(&args),
+        Command::Backups(args) => etcd_setup::day2::backups::command(&args),
         Command::ServeStatus(args) => etcd_setup::status::server::command(&args),
     };
     ExitCode::from(code)

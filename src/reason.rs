@@ -110,8 +110,6 @@ pub enum ReasonCode {
     /// `rotate-ca`: a trust bundle on disk does not hold the CA of this member's own
     /// certificate or of one a peer serves; a restart would cut the member off.
     CertUntrusted,
-    /// `backups verify`, `restore --from-backup`: a backup does not prove restorable (its
-    /// SHA-256, etcd's trailer or status, its revision, or the trial restore).
     /// The backup bucket's endpoint could not be reached (DNS, refused, timed out, cut).
     BackupUnreachable,
     /// The TLS handshake with the backup endpoint failed (unknown CA, wrong name, not TLS).
@@ -131,6 +129,19 @@ pub enum ReasonCode {
     /// (`backups verify`, `restore --from-backup`) its SHA-256, etcd's trailer or status,
     /// its revision, or the trial restore.
     BackupVerifyFailed,
+    /// `backups verify`, `restore --from-backup`: the object is not what was uploaded: its
+    /// digest differs from its metadata, an age chunk fails its authentication, or the
+    /// snapshot inside fails etcd's SHA-256 trailer (damaged in the store or in transit).
+    BackupCorrupt,
+    /// `backups verify`, `restore --from-backup`: the object ends before its last age
+    /// chunk (an upload or a copy cut short).
+    BackupTruncated,
+    /// `backups verify`, `restore --from-backup`: the object is not encrypted to the
+    /// identity given (a wrong identity file); the object itself may be sound.
+    BackupDecryptFailed,
+    /// `backups verify`, `restore --from-backup`: no such backup of the cluster in the
+    /// bucket (the name given, or no verified one for `latest`).
+    BackupNotFound,
 }
 
 impl ReasonCode {
@@ -190,6 +201,10 @@ impl ReasonCode {
         ReasonCode::BackupClockSkew,
         ReasonCode::BackupFailed,
         ReasonCode::BackupVerifyFailed,
+        ReasonCode::BackupCorrupt,
+        ReasonCode::BackupTruncated,
+        ReasonCode::BackupDecryptFailed,
+        ReasonCode::BackupNotFound,
     ];
 
     /// The stable text of the code, e.g. `archive-missing`.
@@ -249,6 +264,10 @@ impl ReasonCode {
             ReasonCode::BackupClockSkew => "backup-clock-skew",
             ReasonCode::BackupFailed => "backup-failed",
             ReasonCode::BackupVerifyFailed => "backup-verify-failed",
+            ReasonCode::BackupCorrupt => "backup-corrupt",
+            ReasonCode::BackupTruncated => "backup-truncated",
+            ReasonCode::BackupDecryptFailed => "backup-decrypt-failed",
+            ReasonCode::BackupNotFound => "backup-not-found",
         }
     }
 }

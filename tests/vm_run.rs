@@ -353,7 +353,10 @@ fn scrape(vm: &Vm) -> std::collections::BTreeMap<String, f64> {
         "systemctl start etcd-setup-metrics.service && bash -c 'exec 3<>/dev/tcp/127.0.0.1/9100 \
          && printf \"GET /metrics HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n\" >&3 && cat <&3'",
     );
-    assert!(text.starts_with("HTTP/1.0 200"), "node-exporter: {text:.300}");
+    assert!(
+        text.starts_with("HTTP/1.0 200"),
+        "node-exporter: {text:.300}"
+    );
     let samples: std::collections::BTreeMap<String, f64> = text
         .lines()
         .filter(|l| l.starts_with("etcd_setup_") || l.contains("etcd-setup.prom"))
@@ -363,7 +366,9 @@ fn scrape(vm: &Vm) -> std::collections::BTreeMap<String, f64> {
         })
         .collect();
     assert!(
-        samples.keys().any(|k| k.starts_with("etcd_setup_status_up")),
+        samples
+            .keys()
+            .any(|k| k.starts_with("etcd_setup_status_up")),
         "node-exporter serves no etcd_setup_ samples: {text:.2000}"
     );
     samples
@@ -389,14 +394,20 @@ fn node_exporter_serves_the_agents_view(vm: &Vm) {
     // The textfile collector read our file without an error.
     let read = up
         .iter()
-        .find(|(k, _)| k.starts_with("node_textfile_mtime_seconds") && k.contains("etcd-setup.prom"))
+        .find(|(k, _)| {
+            k.starts_with("node_textfile_mtime_seconds") && k.contains("etcd-setup.prom")
+        })
         .map(|(_, v)| *v);
     assert!(read.is_some_and(|v| v > 0.0), "{up:?}");
 
     root(vm, "systemctl stop etcd.service");
     let down = scrape(vm);
     assert_eq!(sample(&down, "etcd_setup_etcd_healthy"), 0.0, "{down:?}");
-    assert_ne!(sample(&down, "etcd_setup_status_exit_code"), 0.0, "{down:?}");
+    assert_ne!(
+        sample(&down, "etcd_setup_status_exit_code"),
+        0.0,
+        "{down:?}"
+    );
     root(
         vm,
         "systemctl start etcd.service && timeout 60 sh -c 'until /opt/bin/etcdctl \
@@ -416,13 +427,25 @@ fn node_exporter_serves_the_agents_view(vm: &Vm) {
     let snap = vm.ssh("sudo etcd-setup snapshot");
     assert!(snap.status.success(), "{snap:?}");
     let fresh = scrape(vm);
-    assert_eq!(sample(&fresh, "etcd_setup_snapshot_stale"), 0.0, "{fresh:?}");
+    assert_eq!(
+        sample(&fresh, "etcd_setup_snapshot_stale"),
+        0.0,
+        "{fresh:?}"
+    );
     assert!(sample(&fresh, "etcd_setup_snapshot_last_size_bytes") > 0.0);
     std::thread::sleep(Duration::from_secs(22));
     let stale = scrape(vm);
-    assert_eq!(sample(&stale, "etcd_setup_snapshot_stale"), 1.0, "{stale:?}");
+    assert_eq!(
+        sample(&stale, "etcd_setup_snapshot_stale"),
+        1.0,
+        "{stale:?}"
+    );
     assert!(sample(&stale, "etcd_setup_warnings") >= 1.0, "{stale:?}");
-    assert_eq!(sample(&stale, "etcd_setup_status_exit_code"), 0.0, "{stale:?}");
+    assert_eq!(
+        sample(&stale, "etcd_setup_status_exit_code"),
+        0.0,
+        "{stale:?}"
+    );
     verdict(
         "a: node-exporter serves the agent's metrics",
         t.elapsed().as_secs_f64(),

@@ -209,7 +209,8 @@ pub fn man_pages(readme: &str) -> Result<Vec<Page>, String> {
             .section("8")
             .source(format!("etcd-setup {version}"))
             .manual("System Administration");
-        let mut text = clap_sections(&man, false);
+        // `backups` has its own subcommands (list, verify): its page lists them.
+        let mut text = clap_sections(&man, sub.has_subcommands());
         let mut roff = Roff::new();
         exit_status(&mut roff, table, true);
         reason_codes(&mut roff, &reasons);

@@ -1,6 +1,14 @@
 //! `etcd-setup restore FILE`: after the cluster lost quorum or its data, a snapshot
 //! becomes a new one-member cluster on this node; the other nodes then join it.
 //!
+//! `etcd-setup restore --from-backup latest|NAME` (every etcd VM lost): the backup of
+//! this configuration's cluster (or `--cluster ID`'s) in the `[backup]` bucket is first
+//! fetched, decrypted and proven into a root-only scratch copy in `snapshot.dir`
+//! ([`crate::backup::fetch`], as `backups verify` does: digests, trailer, status, a
+//! trial restore), before etcd is touched; that copy is then the FILE of the steps
+//! below, named with the cluster ID of its metadata, and removed afterwards whatever
+//! happened.
+//!
 //! 1. The file is checked: etcd's SHA-256 trailer (`--skip-hash-check` lets a file without
 //!    one pass, a trailer that is there is always checked), then `snapshot status`
 //!    (revision, keys), then which cluster it is of ([`identity`]): another cluster's is
@@ -35,6 +43,7 @@ pub(crate) mod bolt;
 pub mod identity;
 pub mod swap;
 
+use super::backups;
 use super::frame::{self, Spec};
 use super::tools::{self, RestoreTo};
 use crate::reason::{Failure, ReasonCode};
@@ -203,13 +212,19 @@ pub fn restore(
 
 /// `etcd-setup restore`: the exit code.
 pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
+    // clap makes FILE and --from-backup exclusive and one of them required.
+    let what = match (&args.from_backup, &args.file) {
+        (Some(which), _) => format!("the backup {which}"),
+        (None, Some(file)) => file.display().to_string(),
+        (None, None) => "nothing".into(),
+    };
     frame::run(
         Spec {
             command: Command::Restore,
             config: &args.config,
             dirs: &args.dirs,
             lock: Some(args.lock_timeout),
-            record: Some(&format!("checking {}", args.file.display())),
+            record: Some(&format!("checking {what}")),
         },
         |f| {
             let s = &f.settings;
@@ -220,32 +235,55 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                 systemd = service::Etcd::connect(s)?;
                 &systemd
             };
+            // A backup is fetched and proven (a trial restore) before etcd is touched; its
+            // scratch copy goes when `proven` drops, whatever the restore did.
+            let proven = match &args.from_backup {
+                Some(which) => Some(from_backup(f, args, which)?),
+                None => None,
+            };
+            let (file, shown) = match (&proven, &args.file) {
+                (Some(p), _) => (
+                    p.file(),
+                    crate::backup::fetch::shown(
+                        backups::settings(s, &args.config)?,
+                        &p.backup.backup.key,
+                    ),
+                ),
+                (None, Some(file)) => (file.as_path(), file.display().to_string()),
+                (None, None) => {
+                    return Err(Failure::new(
+                        ReasonCode::ConfigInvalid,
+                        "name the snapshot FILE or --from-backup latest|NAME",
+                    ))
+                }
+            };
             // etcd is stopped and started again: status says so rather than `failed`.
             f.step(
-                &format!(
-                    "restoring {} (etcd is stopped and started again)",
-                    args.file.display()
-                ),
+                &format!("restoring {shown} (etcd is stopped and started again)"),
                 true,
             );
             let held = HeldBetween::new(service, frame::hold);
             let r = restore(
                 s,
-                &args.file,
+                file,
                 args.skip_hash_check,
                 args.cluster_check,
                 &held,
                 SystemTime::now(),
             )?;
             let mut lines = vec![format!(
-                "restored {} (revision {}, {} keys) into {} as a one-member cluster of {}",
-                args.file.display(),
+                "restored {shown} (revision {}, {} keys) into {} as a one-member cluster of {}",
                 r.revision,
                 r.total_keys,
                 r.data_dir.display(),
                 s.node_name
             )];
             lines.push(r.aside_line());
+            if let Some(p) = proven {
+                let scratch = p.file().display().to_string();
+                drop(p);
+                lines.push(format!("the backup's scratch copy {scratch} is removed"));
+            }
             if args.no_systemd {
                 lines.push(
                     "start etcd now, once with --force-new-cluster: it was not started (--no-systemd)"
@@ -255,4 +293,31 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
             Ok(lines)
         },
     )
+}
+
+/// `--from-backup`: the backup of this configuration's cluster (or of `--cluster ID`,
+/// the operator's word that another cluster's backup is meant) fetched, decrypted and
+/// proven into a scratch copy, as `backups verify` does.
+fn from_backup(
+    f: &frame::Frame,
+    args: &crate::cli::RestoreArgs,
+    which: &crate::backup::fetch::Which,
+) -> Result<crate::backup::fetch::Proven, Failure> {
+    let s = &f.settings;
+    let b = backups::settings(s, &args.config)?;
+    let client = backups::client(b)?;
+    let configured = f.node.expected_cluster_id().0;
+    let cluster = args.cluster.unwrap_or(configured);
+    f.step(
+        &format!("fetching and proving the backup {which} of cluster {cluster:016x}"),
+        false,
+    );
+    let proven = backups::prove(s, b, &client, cluster, which, args.identity.as_deref())?;
+    if cluster != configured {
+        warn(&format!(
+            "{} is a backup of cluster {cluster:016x} (--cluster), not of this              configuration's cluster {configured:016x}; it is restored as this              configuration's cluster",
+            crate::backup::fetch::shown(b, &proven.backup.backup.key)
+        ));
+    }
+    Ok(proven)
 }

@@ -3,5 +3,6 @@ pub mod etcd;
 pub mod inputs;
 pub mod net;
 pub mod scratch;
+pub mod store;
 pub mod upkeep;
 pub mod vm;

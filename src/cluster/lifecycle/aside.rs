@@ -230,7 +230,10 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(1_796_119_300);
         let moved = move_aside(&data, "removed", t).unwrap();
         assert_eq!(moved, data.join(".removed-20261201T100140Z"));
-        assert!(std::fs::symlink_metadata(&data).unwrap().file_type().is_symlink());
+        assert!(std::fs::symlink_metadata(&data)
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert_eq!(
             std::fs::read(volume.join(".removed-20261201T100140Z/member/wal/0.wal")).unwrap(),
             b"wal"

@@ -36,6 +36,8 @@ pub enum Command {
     Maintain,
     /// `etcd-setup rotate-ca`.
     RotateCa,
+    /// `etcd-setup backups` (list, verify).
+    Backups,
 }
 
 impl Command {
@@ -48,6 +50,7 @@ impl Command {
             Command::Snapshot => "snapshot",
             Command::Maintain => "maintain",
             Command::RotateCa => "rotate-ca",
+            Command::Backups => "backups",
         }
     }
 }

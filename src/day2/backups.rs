@@ -1,0 +1,296 @@
+//! `etcd-setup backups [list]` and `etcd-setup backups verify [latest|NAME]`: the
+//! cluster's backups in the `[backup]` bucket, and the proof that one restores.
+//!
+//! - `list`: the objects under `<prefix><cluster ID>/` whose names are ours
+//!   ([`crate::backup::fetch::list`]), newest first, each with its time, member, revision,
+//!   size, age and how it was verified (its metadata), in text or one JSON object.
+//! - `verify`: the backup fetched, decrypted and proven in a root-only scratch copy
+//!   ([`crate::backup::fetch::fetch`]: digests, etcd's trailer, `snapshot status` at the
+//!   recorded revision, a trial restore), removed on every way out. Nothing on the node
+//!   changes: etcd is not touched, no lock is taken.
+//!
+//! The cluster is the one this configuration makes (`etcd.initial_cluster` and
+//! `etcd.cluster_token`, as `run` checks it), or `--cluster ID`. Every message names the
+//! endpoint, bucket and object; no key, secret or identity is ever printed.
+
+use super::frame::{self, Spec};
+use crate::backup::fetch::{self, Listed, Proven, Which};
+use crate::backup::s3::Client;
+use crate::cli::{BackupsAction, BackupsArgs, Format};
+use crate::reason::{Failure, ReasonCode};
+use crate::shared::config::{BackupSettings, Settings};
+use crate::shared::report::{rfc3339, Command};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// `[backup]` of `s`, or `config-invalid` naming the file.
+pub fn settings<'a>(s: &'a Settings, config: &Path) -> Result<&'a BackupSettings, Failure> {
+    s.backup.as_ref().ok_or_else(|| {
+        Failure::new(
+            ReasonCode::ConfigInvalid,
+            format!(
+                "{}: there is no [backup] table: name the bucket there (endpoint, bucket, key \
+                 files; see /usr/share/doc/etcd-setup/examples/config.toml)",
+                config.display()
+            ),
+        )
+    })
+}
+
+/// The client of `b`'s bucket, its keys read from their files.
+pub fn client(b: &BackupSettings) -> Result<Client, Failure> {
+    Client::new(b, b.credentials()?)
+}
+
+/// `d` as an age: `45s`, `12min`, `3h 5min`, `2d 4h`.
+pub fn age(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}min", s / 60),
+        3600..86_400 => match (s % 3600) / 60 {
+            0 => format!("{}h", s / 3600),
+            m => format!("{}h {m}min", s / 3600),
+        },
+        _ => match (s % 86_400) / 3600 {
+            0 => format!("{}d", s / 86_400),
+            h => format!("{}d {h}h", s / 86_400),
+        },
+    }
+}
+
+/// How a listed backup was verified, as shown: its metadata's word, `other-cluster` when
+/// its metadata names another cluster, `no` when it was never read back.
+fn verified(l: &Listed, cluster: u64) -> String {
+    match l.recorded.cluster {
+        Some(c) if c != cluster => "other-cluster".into(),
+        _ => l.recorded.verified.clone().unwrap_or_else(|| "no".into()),
+    }
+}
+
+fn age_of(l: &Listed, now: SystemTime) -> Duration {
+    now.duration_since(l.time()).unwrap_or(Duration::ZERO)
+}
+
+/// The listing's lines: text, or one JSON object.
+pub fn list_lines(
+    b: &BackupSettings,
+    cluster: u64,
+    all: &[Listed],
+    format: Format,
+    now: SystemTime,
+) -> Vec<String> {
+    let prefix = crate::backup::bucket::cluster_prefix(b, cluster);
+    match format {
+        Format::Json => {
+            let backups: Vec<serde_json::Value> = all
+                .iter()
+                .map(|l| {
+                    let r = &l.recorded;
+                    serde_json::json!({
+                        "name": l.name,
+                        "key": l.backup.key,
+                        "time": rfc3339(l.time()),
+                        "member": r.member.clone().unwrap_or_else(|| l.backup.name.member.clone()),
+                        "revision": r.revision.unwrap_or(l.backup.name.revision),
+                        "size": l.backup.size,
+                        "age_seconds": age_of(l, now).as_secs(),
+                        "verified": match verified(l, cluster).as_str() {
+                            "no" => serde_json::Value::Null,
+                            v => v.into(),
+                        },
+                        "cluster": r.cluster.map(|c| format!("{c:016x}")),
+                        "etcd_version": r.etcd_version,
+                        "sealed": l.sealed(),
+                        "agent": r.agent,
+                    })
+                })
+                .collect();
+            vec![serde_json::json!({
+                "cluster": format!("{cluster:016x}"),
+                "endpoint": b.endpoint.to_string(),
+                "bucket": b.bucket,
+                "prefix": prefix,
+                "backups": backups,
+            })
+            .to_string()]
+        }
+        Format::Text => {
+            let folder = fetch::shown(b, &prefix);
+            if all.is_empty() {
+                return vec![format!("no backups of cluster {cluster:016x} in {folder}")];
+            }
+            let mut lines = vec![format!(
+                "{} backup(s) of cluster {cluster:016x} in {folder}, newest first:",
+                all.len()
+            )];
+            for l in all {
+                lines.push(format!(
+                    "{} time {} member {} revision {} size {} age {} verified {}",
+                    l.name,
+                    rfc3339(l.time()),
+                    l.recorded
+                        .member
+                        .as_deref()
+                        .unwrap_or(&l.backup.name.member),
+                    l.recorded.revision.unwrap_or(l.backup.name.revision),
+                    l.backup.size,
+                    age(age_of(l, now)),
+                    verified(l, cluster)
+                ));
+            }
+            lines
+        }
+    }
+}
+
+/// The lines of a backup proven.
+pub fn verified_lines(b: &BackupSettings, p: &Proven, format: Format) -> Vec<String> {
+    let t = &p.trial;
+    match format {
+        Format::Json => vec![serde_json::json!({
+            "verified": true,
+            "name": p.backup.name,
+            "key": p.backup.backup.key,
+            "endpoint": b.endpoint.to_string(),
+            "bucket": b.bucket,
+            "revision": t.revision,
+            "key_revisions": t.keys,
+            "etcd_version": t.etcd_version,
+            "snapshot_size": p.plain.len,
+            "object_size": p.object.len,
+            "sealed": p.backup.sealed(),
+            "took_ms": u64::try_from(t.took.as_millis()).unwrap_or(u64::MAX),
+        })
+        .to_string()],
+        Format::Text => vec![format!(
+            "verified {}: revision {}, {} key revisions, etcd {}, snapshot {} bytes{}, trial \
+             restore passed in {:.1} s; the scratch copy is removed",
+            fetch::shown(b, &p.backup.backup.key),
+            t.revision,
+            t.keys,
+            t.etcd_version,
+            p.plain.len,
+            if p.backup.sealed() {
+                format!(", decrypted from {} bytes", p.object.len)
+            } else {
+                String::new()
+            },
+            t.took.as_secs_f64()
+        )],
+    }
+}
+
+/// Fetches and proves `which` of `cluster` with the identity file `identity` (default
+/// `backup.identity_file`), in a scratch copy in `snapshot.dir`; for `backups verify` and
+/// `restore --from-backup`.
+pub fn prove(
+    s: &Settings,
+    b: &BackupSettings,
+    client: &Client,
+    cluster: u64,
+    which: &Which,
+    identity: Option<&Path>,
+) -> Result<Proven, Failure> {
+    let chosen = fetch::choose(b, client, cluster, which)?;
+    fetch::fetch(
+        b,
+        client,
+        chosen,
+        identity.or(b.identity_file.as_deref()),
+        &s.install_dir,
+        &s.data.snapshot.dir,
+    )
+}
+
+/// Records a verification's verdict in `backup.json` for status: a proof that passed, or
+/// one that failed on the object itself (corrupt, truncated, not decryptable with the
+/// identity, not restorable). A store out of reach, a name not found or a missing identity
+/// say nothing about the bucket's backups and are not recorded. A record that cannot be
+/// written is a warning: the proof's own outcome is the command's.
+fn record_proof(
+    state_dir: &std::path::Path,
+    asked: &str,
+    outcome: &Result<fetch::Proven, Failure>,
+) {
+    let (object, result) = match outcome {
+        Ok(p) => (p.backup.backup.key.clone(), Ok(())),
+        Err(f)
+            if matches!(
+                f.code,
+                ReasonCode::BackupCorrupt
+                    | ReasonCode::BackupTruncated
+                    | ReasonCode::BackupDecryptFailed
+                    | ReasonCode::BackupVerifyFailed
+            ) =>
+        {
+            (asked.to_string(), Err(f))
+        }
+        Err(_) => return,
+    };
+    if let Err(e) =
+        crate::shared::report::record_verification(state_dir, &object, result, SystemTime::now())
+    {
+        eprintln!("etcd-setup backups: warning: {}", e.headline());
+    }
+}
+
+/// `etcd-setup backups`: the exit code.
+pub fn command(args: &BackupsArgs) -> u8 {
+    frame::run(
+        Spec {
+            command: Command::Backups,
+            config: &args.config,
+            dirs: &args.dirs,
+            lock: None,
+            record: None,
+        },
+        |f| {
+            let s = &f.settings;
+            let b = settings(s, &args.config)?;
+            let client = client(b)?;
+            let cluster = args.cluster.unwrap_or(f.node.expected_cluster_id().0);
+            match &args.action {
+                None | Some(BackupsAction::List) => {
+                    f.step(
+                        &format!("listing the backups of cluster {cluster:016x}"),
+                        false,
+                    );
+                    let all = fetch::list(b, &client, cluster)?;
+                    Ok(list_lines(b, cluster, &all, args.format, SystemTime::now()))
+                }
+                Some(BackupsAction::Verify(v)) => {
+                    f.step(
+                        &format!(
+                            "fetching and proving the backup {} of cluster {cluster:016x}",
+                            v.backup
+                        ),
+                        false,
+                    );
+                    let outcome = prove(s, b, &client, cluster, &v.backup, v.identity.as_deref());
+                    record_proof(&f.paths.state_dir, &v.backup.to_string(), &outcome);
+                    let proven = outcome?;
+                    let lines = verified_lines(b, &proven, args.format);
+                    drop(proven);
+                    Ok(lines)
+                }
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_as_people_say_them() {
+        let d = Duration::from_secs;
+        assert_eq!(age(d(45)), "45s");
+        assert_eq!(age(d(12 * 60 + 5)), "12min");
+        assert_eq!(age(d(3 * 3600)), "3h");
+        assert_eq!(age(d(3 * 3600 + 5 * 60)), "3h 5min");
+        assert_eq!(age(d(2 * 86_400 + 4 * 3600 + 7)), "2d 4h");
+        assert_eq!(age(d(9 * 86_400)), "9d");
+    }
+}

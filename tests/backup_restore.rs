@@ -1,0 +1,665 @@
+//! The read side of off-node backups (issue 21) against a real object store (Ceph's
+//! radosgw, `tests/support/store.rs`) and real etcd on loopback, the binary run with
+//! `--config`: a real snapshot sealed to an age recipient and uploaded as `snapshot`
+//! uploads it (`bucket::upload_snapshot`); `backups` lists it (text and JSON),
+//! `backups verify` proves it; `restore --from-backup latest` brings its keys back on
+//! the data dir of a fresh node's empty cluster (moved aside); an object flipped in the
+//! bucket, one cut at a chunk boundary, a wrong identity, a name not there and another
+//! cluster's backup each end with their own reason, before etcd is touched; the scratch
+//! copy is gone after every command; no output holds a key or the identity.
+mod support;
+
+use etcd_setup::backup::bucket::{self, Meta};
+use etcd_setup::backup::s3::Client;
+use etcd_setup::backup::seal;
+use etcd_setup::reason::{Failure, ReasonCode};
+use etcd_setup::shared::config::{self, BackupSettings};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::SystemTime;
+use support::etcd::Cluster;
+use support::store::store;
+
+const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
+/// Keys put before the snapshot.
+const KEYS: usize = 20;
+
+/// A new identity file `name` in `dir` made by `age-keygen` (mode 0600), and its recipient.
+fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
+    let path = dir.join(name);
+    let out = Command::new("age-keygen")
+        .arg("-o")
+        .arg(&path)
+        .output()
+        .expect("age-keygen (apt install age)");
+    assert!(out.status.success(), "age-keygen: {out:?}");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new("age-keygen")
+        .arg("-y")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "age-keygen -y: {out:?}");
+    let recipient = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    (path, recipient)
+}
+
+/// The secret key line of an identity file.
+fn secret_of(identity: &Path) -> String {
+    std::fs::read_to_string(identity)
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("AGE-SECRET-KEY-"))
+        .unwrap()
+        .to_string()
+}
+
+/// One member of `version` with [`KEYS`] keys of `value_kib` KiB, its configuration with
+/// `[snapshot]` and `[backup]` (objects under a prefix of this test), an identity and
+/// its recipients file.
+struct Bed {
+    c: Cluster,
+    dir: tempfile::TempDir,
+    cfg: PathBuf,
+    identity: PathBuf,
+    recipients: PathBuf,
+    backup: BackupSettings,
+    client: Client,
+    /// Every output of the binary, to grep for secrets.
+    outputs: Vec<String>,
+    /// Secrets beside the store's keys and the identity, to grep for.
+    secrets: Vec<String>,
+}
+
+impl Bed {
+    fn new(version: &str, token: &str, value_kib: usize) -> Bed {
+        Bed::with(version, token, value_kib, true)
+    }
+
+    /// [`Bed::new`], the snapshots uploaded in the clear unless `encrypt`.
+    fn with(version: &str, token: &str, value_kib: usize, encrypt: bool) -> Bed {
+        let st = store();
+        let c = Cluster::start(version, 1, token);
+        let dir = support::scratch::dir("fromback");
+        let (identity, recipient) = keygen(dir.path(), "identity");
+        let recipients = dir.path().join("recipients");
+        std::fs::write(&recipients, format!("{recipient}\n")).unwrap();
+        std::fs::set_permissions(&recipients, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let prefix = format!("fromback-{}-{token}/", std::process::id());
+        let extra = format!(
+            "[snapshot]\ndir = \"{}/snaps\"\n\n{}",
+            dir.path().display(),
+            st.backup_table(
+                &prefix,
+                &if encrypt {
+                    format!(
+                        "recipients_file = \"{}\"\nidentity_file = \"{}\"",
+                        recipients.display(),
+                        identity.display()
+                    )
+                } else {
+                    "encrypt = false".to_string()
+                }
+            )
+        );
+        let cfg = c.config_file(0, dir.path(), "", &extra);
+        let backup = config::load(&cfg).unwrap().backup.unwrap();
+        let client = Client::new(&backup, backup.credentials().unwrap()).unwrap();
+        let value = "v".repeat(value_kib << 10);
+        let etcd = c.client();
+        for i in 0..KEYS {
+            etcd.put(&format!("/registry/k{i:02}"), &format!("{i} {value}"))
+                .unwrap();
+        }
+        Bed {
+            c,
+            dir,
+            cfg,
+            identity,
+            recipients,
+            backup,
+            client,
+            outputs: Vec::new(),
+            secrets: Vec::new(),
+        }
+    }
+
+    /// A snapshot of the member saved with etcdctl; its file and revision.
+    fn snapshot(&self) -> (PathBuf, i64) {
+        let file = self.dir.path().join("snap.db");
+        let out = Command::new(self.c.etcdctl())
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.c.client_url(0)))
+            .args(["snapshot", "save"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "snapshot save: {out:?}");
+        let revision = self.c.client().endpoint_status().unwrap()[0].revision;
+        (file, revision)
+    }
+
+    /// The cluster's ID, as etcd says it.
+    fn cluster(&self) -> u64 {
+        self.c.client().endpoint_status().unwrap()[0].cluster_id.0
+    }
+
+    /// `snapshot` uploaded as the object of `cluster`, sealed to the recipients.
+    fn upload(&self, snapshot: &Path, cluster: u64, revision: i64) -> String {
+        let recipients = seal::read_recipients(&self.recipients).unwrap();
+        let mut sealer = |r: &mut dyn Read, w: &mut dyn Write| {
+            seal::seal(r, &recipients, w)
+                .map(drop)
+                .map_err(|e| Failure::new(ReasonCode::BackupFailed, e.to_string()))
+        };
+        let meta = Meta {
+            cluster,
+            member: "m1".into(),
+            revision,
+            etcd_version: self.c.version.clone(),
+            time: SystemTime::now(),
+        };
+        bucket::upload_snapshot(&self.backup, &self.client, snapshot, &meta, &mut sealer)
+            .unwrap()
+            .key
+    }
+
+    /// The binary with `args` and `--config`, its output kept.
+    fn run(&mut self, args: &[&str]) -> (Option<i32>, String, String) {
+        let state = self.dir.path().join("state");
+        let mut cmd = Command::new(BIN);
+        // The state folders first: `backups`' subcommands take them before their name.
+        let (first, rest) = args.split_first().unwrap();
+        cmd.arg(first);
+        if *first == "backups" || *first == "restore" {
+            cmd.arg("--run-dir")
+                .arg(&state)
+                .arg("--state-dir")
+                .arg(&state);
+        }
+        cmd.args(rest).arg("--config").arg(&self.cfg);
+        let out: Output = cmd.output().unwrap();
+        let (so, se) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        println!("$ etcd-setup {}\n{so}{se}", args.join(" "));
+        self.outputs.push(format!("{so}{se}"));
+        (out.status.code(), so, se)
+    }
+
+    /// The scratch copies' folder holds nothing.
+    fn assert_no_scratch(&self, case: &str) {
+        let top = self.dir.path().join("snaps/.backup-scratch");
+        let left: Vec<_> = std::fs::read_dir(&top)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(
+            left.is_empty(),
+            "{case}: the scratch copy is left: {left:?}"
+        );
+    }
+
+    /// No output held a key or the identity.
+    fn assert_no_secret(&self) {
+        let st = store();
+        let mut secrets = vec![st.secret_key(), st.access_key(), secret_of(&self.identity)];
+        secrets.extend(self.secrets.iter().cloned());
+        for out in &self.outputs {
+            for s in &secrets {
+                assert!(!out.contains(s.as_str()), "a secret in: {out}");
+            }
+        }
+        assert!(!self.outputs.is_empty());
+    }
+
+    /// Replaces the object `key` by `bytes`, with its metadata as it was.
+    fn reput(&self, key: &str, bytes: &[u8]) {
+        let head = self.client.head(key).unwrap().unwrap();
+        let mut up = self.client.upload(key, &head.meta);
+        up.write_all(bytes).unwrap();
+        up.finish().unwrap();
+    }
+
+    fn object(&self, key: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.client.get(key, &mut out).unwrap();
+        out
+    }
+}
+
+fn a_backup_is_listed_verified_and_restored_on_a_fresh_node(version: &str) {
+    let token = format!("tok-fromback-{}", version.replace('.', ""));
+    let mut bed = Bed::new(version, &token, 1);
+    let (snap, revision) = bed.snapshot();
+    let cluster = bed.cluster();
+    // The ID the configuration makes: the folder `backups` reads without etcd.
+    assert_eq!(
+        cluster,
+        etcd_setup::cluster::etcd::cluster_id(&bed.c.initial_cluster(), &token).0
+    );
+    let key = bed.upload(&snap, cluster, revision);
+    let name = key.rsplit('/').next().unwrap().to_string();
+
+    // Listed, in JSON and text.
+    let (code, so, se) = bed.run(&["backups", "--format", "json"]);
+    assert_eq!(code, Some(0), "{so}{se}");
+    let v: serde_json::Value = serde_json::from_str(so.trim()).unwrap();
+    assert_eq!(v["cluster"], format!("{cluster:016x}"));
+    assert_eq!(v["bucket"], store().bucket.as_str());
+    assert_eq!(v["endpoint"], store().http.as_str());
+    assert_eq!(v["prefix"], format!("{}{cluster:016x}/", bed.backup.prefix));
+    let list = v["backups"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{v}");
+    let b = &list[0];
+    assert_eq!(b["name"], name.as_str());
+    assert_eq!(b["key"], key.as_str());
+    assert_eq!(b["member"], "m1");
+    assert_eq!(b["revision"], revision);
+    assert_eq!(b["verified"], "read-back");
+    assert_eq!(b["sealed"], true);
+    assert_eq!(b["cluster"], format!("{cluster:016x}"));
+    assert_eq!(b["etcd_version"], version);
+    let size = bed.client.head(&key).unwrap().unwrap().size;
+    assert_eq!(b["size"], size);
+    assert!(b["age_seconds"].as_u64().unwrap() < 600, "{b}");
+    assert!(b["time"].as_str().unwrap().ends_with('Z'), "{b}");
+    let (code, so, _) = bed.run(&["backups", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        so.contains(&format!(
+            "{name} time {} member m1 revision {revision} size {size} age ",
+            b["time"].as_str().unwrap()
+        )) && so.contains("verified read-back"),
+        "{so}"
+    );
+
+    // What a killed fetch left (its pid and start time name no process) goes with the next.
+    let dead = bed.dir.path().join("snaps/.backup-scratch/999999999-1-0");
+    std::fs::create_dir_all(dead.join(".trial-999999999-1/data")).unwrap();
+    std::fs::write(dead.join("etcd-snapshot-left.db"), "plaintext").unwrap();
+
+    // Proven, with the identity of the configuration.
+    let (code, so, se) = bed.run(&["backups", "verify", "--format", "json"]);
+    assert_eq!(code, Some(0), "{so}{se}");
+    let v: serde_json::Value = serde_json::from_str(so.trim()).unwrap();
+    assert_eq!(v["verified"], true);
+    assert_eq!(v["key"], key.as_str());
+    assert_eq!(v["revision"], revision);
+    assert_eq!(v["key_revisions"], KEYS as u64);
+    assert_eq!(v["snapshot_size"], std::fs::metadata(&snap).unwrap().len());
+    assert_eq!(v["object_size"], size);
+    assert!(!dead.exists());
+    bed.assert_no_scratch("verify");
+    let (code, so, se) = bed.run(&["backups", "verify", &name]);
+    assert_eq!(code, Some(0), "{so}{se}");
+    assert!(
+        so.starts_with(&format!("verified s3://{}/{key} at ", store().bucket)),
+        "{so}"
+    );
+    assert!(
+        so.contains(&format!("revision {revision}, {KEYS} key revisions")),
+        "{so}"
+    );
+
+    // Every VM lost: a new node from the same template has formed an empty cluster of the
+    // same ID on its data dir.
+    bed.c.kill(0);
+    let data = bed.dir.path().join("data");
+    bed.c.members[0].data_dir = data.clone();
+    let initial = bed.c.initial_cluster_arg();
+    bed.c.launch(0, &initial, "new");
+    bed.c.await_ready(0);
+    let fresh = bed.c.client();
+    fresh.put("/fresh/marker", "the empty cluster").unwrap();
+    assert_eq!(fresh.get("/registry/k00").unwrap(), None);
+    assert_eq!(bed.cluster(), cluster);
+    // While etcd serves, its data is not replaced (and the scratch copy goes anyway).
+    let (code, _, se) = bed.run(&["restore", "--from-backup", "latest", "--no-systemd"]);
+    assert_eq!(code, Some(1), "{se}");
+    assert!(
+        se.starts_with("restore-failed: etcd still serves at "),
+        "{se}"
+    );
+    bed.assert_no_scratch("restore refused");
+    bed.c.kill(0);
+
+    let identity = bed.identity.display().to_string();
+    let (code, so, se) = bed.run(&[
+        "restore",
+        "--from-backup",
+        "latest",
+        "--identity",
+        &identity,
+        "--no-systemd",
+    ]);
+    assert_eq!(code, Some(0), "{so}{se}");
+    assert!(
+        so.contains(&format!(
+            "restored s3://{}/{key} at {} (revision {revision}, ",
+            store().bucket,
+            store().http
+        )),
+        "{so}"
+    );
+    assert!(so.contains("old data dir moved to "), "{so}");
+    assert!(so.contains("the backup's scratch copy "), "{so}");
+    bed.assert_no_scratch("restore");
+    let aside: Vec<PathBuf> = std::fs::read_dir(bed.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("data.before-restore-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(aside[0].join("member").is_dir(), "{aside:?}");
+    assert!(so.contains(&aside[0].display().to_string()), "{so}");
+
+    // etcd once with --force-new-cluster (systemd's part on a node).
+    bed.c.extra = vec!["--force-new-cluster".into()];
+    bed.c.launch(0, &initial, "new");
+    bed.c.await_ready(0);
+    bed.c.extra.clear();
+    let back = bed.c.client();
+    for i in 0..KEYS {
+        let v = back.get(&format!("/registry/k{i:02}")).unwrap().unwrap();
+        assert!(v.starts_with(format!("{i} v").as_bytes()), "key {i}");
+    }
+    assert_eq!(back.get("/fresh/marker").unwrap(), None);
+    let rev = back.endpoint_status().unwrap()[0].revision;
+    assert!(rev >= revision, "{rev} < {revision}");
+    if version.starts_with("3.5") {
+        // etcdutl bumps the revision past the lost cluster's, for Kubernetes' watchers.
+        assert!(rev > 1_000_000_000, "{rev}");
+    }
+    let list = back.member_list().unwrap();
+    assert_eq!(list.members.len(), 1, "{list:?}");
+    assert_eq!(list.header.cluster_id.0, cluster);
+    bed.assert_no_secret();
+}
+
+#[test]
+fn a_backup_is_listed_verified_and_restored_on_a_fresh_node_3_5() {
+    a_backup_is_listed_verified_and_restored_on_a_fresh_node("3.5.16");
+}
+
+#[test]
+fn a_backup_is_listed_verified_and_restored_on_a_fresh_node_3_4() {
+    a_backup_is_listed_verified_and_restored_on_a_fresh_node("3.4.23");
+}
+
+/// The end of an age file's header (`--- MAC\n`) in `sealed`.
+fn header_end(sealed: &[u8]) -> usize {
+    let at = sealed
+        .windows(5)
+        .position(|w| w == b"\n--- ")
+        .expect("an age header");
+    at + 1 + sealed[at + 1..].iter().position(|&b| b == b'\n').unwrap() + 1
+}
+
+#[test]
+fn a_damaged_a_cut_and_a_foreign_backup_and_a_wrong_identity_each_have_their_reason() {
+    // 8 KiB values: a snapshot of several 64 KiB age chunks.
+    let mut bed = Bed::new("3.5.16", "tok-fromback-bad", 8);
+    let (snap, revision) = bed.snapshot();
+    assert!(std::fs::metadata(&snap).unwrap().len() > 2 * 65536);
+    let cluster = bed.cluster();
+    let key = bed.upload(&snap, cluster, revision);
+    let name = key.rsplit('/').next().unwrap().to_string();
+    let good = bed.object(&key);
+    let serving = |bed: &Bed| {
+        assert!(
+            bed.c.client().get("/registry/k03").unwrap().is_some(),
+            "etcd was touched"
+        )
+    };
+
+    // Another identity: decryption fails, for verify and for restore, and etcd is not
+    // touched.
+    let (other, _) = keygen(bed.dir.path(), "other-identity");
+    let other_s = other.display().to_string();
+    let (code, so, se) = bed.run(&["backups", "verify", "--identity", &other_s]);
+    assert_eq!(code, Some(6), "{so}{se}");
+    assert!(se.starts_with("backup-decrypt-failed: "), "{se}");
+    assert!(se.contains(&key) && se.contains(&other_s), "{se}");
+    bed.assert_no_scratch("wrong identity");
+    let (code, _, se) = bed.run(&[
+        "restore",
+        "--from-backup",
+        "latest",
+        "--identity",
+        &other_s,
+        "--no-systemd",
+    ]);
+    assert_eq!(code, Some(1), "{se}");
+    assert!(se.starts_with("backup-decrypt-failed: "), "{se}");
+    serving(&bed);
+    bed.assert_no_scratch("restore, wrong identity");
+    bed.secrets.push(secret_of(&other));
+
+    // A name that is not there.
+    let (code, _, se) = bed.run(&["backups", "verify", "20200101T000000Z-rev1-m1.db.age"]);
+    assert_eq!(code, Some(1), "{se}");
+    assert!(se.starts_with("backup-not-found: "), "{se}");
+
+    // One byte flipped in the store.
+    let mut flipped = good.clone();
+    let n = flipped.len();
+    flipped[n / 2] ^= 0x01;
+    bed.reput(&key, &flipped);
+    let (code, _, se) = bed.run(&["backups", "verify", &name]);
+    assert_eq!(code, Some(6), "{se}");
+    assert!(se.starts_with("backup-corrupt: "), "{se}");
+    assert!(se.contains(&key), "{se}");
+    bed.assert_no_scratch("flipped");
+    let (code, _, se) = bed.run(&["restore", "--from-backup", &name, "--no-systemd"]);
+    assert_eq!(code, Some(1), "{se}");
+    assert!(se.starts_with("backup-corrupt: "), "{se}");
+    serving(&bed);
+
+    // Cut after its first chunk.
+    let cut = header_end(&good) + 16 + 65536 + 16;
+    bed.reput(&key, &good[..cut]);
+    let (code, _, se) = bed.run(&["backups", "verify"]);
+    assert_eq!(code, Some(6), "{se}");
+    assert!(se.starts_with("backup-truncated: "), "{se}");
+    assert!(se.contains(&key), "{se}");
+    bed.assert_no_scratch("cut");
+
+    // Put back as it was, it passes again.
+    bed.reput(&key, &good);
+    let (code, so, se) = bed.run(&["backups", "verify", &name]);
+    assert_eq!(code, Some(0), "{so}{se}");
+
+    // Another cluster's backup: listed in its folder with --cluster, refused by name
+    // without it; in our folder with another cluster's metadata, shown and refused.
+    let foreign = 0x0000_0000_dead_beef;
+    let theirs = bed.upload(&snap, foreign, revision);
+    let (code, so, _) = bed.run(&[
+        "backups",
+        "--cluster",
+        "00000000deadbeef",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(so.trim()).unwrap();
+    assert_eq!(v["backups"][0]["key"], theirs.as_str(), "{v}");
+    let (code, _, se) = bed.run(&["restore", "--from-backup", &theirs, "--no-systemd"]);
+    assert_eq!(code, Some(1), "{se}");
+    assert!(se.starts_with("cluster-mismatch: "), "{se}");
+    assert!(se.contains("--cluster"), "{se}");
+    serving(&bed);
+    let planted = format!(
+        "{}20200101T000000Z-rev{revision}-m1.db.age",
+        bucket::cluster_prefix(&bed.backup, cluster)
+    );
+    let head = bed.client.head(&theirs).unwrap().unwrap();
+    let mut up = bed.client.upload(&planted, &head.meta);
+    up.write_all(&good).unwrap();
+    up.finish().unwrap();
+    let (code, so, _) = bed.run(&["backups"]);
+    assert_eq!(code, Some(0));
+    assert!(so.contains("verified other-cluster"), "{so}");
+    let (code, _, se) = bed.run(&["backups", "verify", planted.rsplit('/').next().unwrap()]);
+    assert_eq!(code, Some(1), "{se}");
+    assert!(se.starts_with("cluster-mismatch: "), "{se}");
+    bed.assert_no_scratch("foreign");
+    // Told with --cluster, it is fetched and proven; restore's own check of the snapshot
+    // then refuses it with --cluster-check before etcd is stopped.
+    let (code, _, se) = bed.run(&[
+        "restore",
+        "--from-backup",
+        theirs.rsplit('/').next().unwrap(),
+        "--cluster",
+        "00000000deadbeef",
+        "--cluster-check",
+        "--no-systemd",
+    ]);
+    assert_eq!(code, Some(1), "{se}");
+    assert!(
+        se.contains("is a backup of cluster 00000000deadbeef (--cluster)"),
+        "{se}"
+    );
+    assert!(se.contains("cluster-mismatch: "), "{se}");
+    assert!(se.contains("not restored (--cluster-check)"), "{se}");
+    serving(&bed);
+    bed.assert_no_scratch("foreign, told");
+
+    // A configuration without [backup] says so.
+    let elsewhere = bed.dir.path().join("plain");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let plain = bed.c.config_file(0, &elsewhere, "", "");
+    let out = Command::new(BIN)
+        .args(["backups", "--config"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no [backup] table"));
+    // An encrypted backup and no identity named: the command says where to name one.
+    let table = store().backup_table(
+        &bed.backup.prefix,
+        &format!("recipients_file = \"{}\"", bed.recipients.display()),
+    );
+    let no_identity = bed.c.config_file(0, &elsewhere, "", &table);
+    let out = Command::new(BIN)
+        .args(["backups", "verify", "--config"])
+        .arg(&no_identity)
+        .output()
+        .unwrap();
+    let se = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{se}");
+    assert!(
+        se.starts_with("config-invalid: ") && se.contains("--identity FILE"),
+        "{se}"
+    );
+    bed.outputs.push(se);
+    bed.assert_no_secret();
+}
+
+#[test]
+fn a_backup_in_the_clear_is_proven_by_its_digests_and_a_flipped_byte_is_corrupt() {
+    let mut bed = Bed::with("3.5.16", "tok-fromback-clear", 1, false);
+    let (snap, revision) = bed.snapshot();
+    let cluster = bed.cluster();
+    let key = bed.upload(&snap, cluster, revision);
+    assert!(key.ends_with(".db"), "{key}");
+    let (code, so, se) = bed.run(&["backups", "--format", "json"]);
+    assert_eq!(code, Some(0), "{so}{se}");
+    let v: serde_json::Value = serde_json::from_str(so.trim()).unwrap();
+    assert_eq!(v["backups"][0]["sealed"], false, "{v}");
+    let (code, so, se) = bed.run(&["backups", "verify"]);
+    assert_eq!(code, Some(0), "{so}{se}");
+    assert!(
+        so.contains(&format!("revision {revision}, {KEYS} key revisions")),
+        "{so}"
+    );
+    assert!(!so.contains("decrypted"), "{so}");
+
+    let good = bed.object(&key);
+    assert_eq!(good, std::fs::read(&snap).unwrap());
+    let mut flipped = good.clone();
+    let n = flipped.len();
+    flipped[n / 3] ^= 0x80;
+    bed.reput(&key, &flipped);
+    let (code, _, se) = bed.run(&["backups", "verify"]);
+    assert_eq!(code, Some(6), "{se}");
+    assert!(se.starts_with("backup-corrupt: "), "{se}");
+    assert!(
+        se.contains("its metadata says the object uploaded had SHA-256"),
+        "{se}"
+    );
+    bed.assert_no_scratch("flipped in the clear");
+    bed.assert_no_secret();
+}
+
+#[test]
+fn a_verify_stopped_by_sigterm_removes_its_scratch_copy() {
+    // 100 KiB values: a snapshot of about 2 MiB, long enough to be caught mid-way.
+    let mut bed = Bed::new("3.5.16", "tok-fromback-term", 100);
+    let etcd = bed.c.client();
+    let value = "w".repeat(100 << 10);
+    for i in 0..100 {
+        etcd.put(&format!("/bulk/{i:03}"), &value).unwrap();
+    }
+    let (snap, revision) = bed.snapshot();
+    let key = bed.upload(&snap, bed.cluster(), revision);
+    let state = bed.dir.path().join("state");
+    let mut child = Command::new(BIN)
+        .args(["backups", "--run-dir"])
+        .arg(&state)
+        .args(["verify", "--config"])
+        .arg(&bed.cfg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Awaited: the plaintext copy appears in the scratch folder.
+    let top = bed.dir.path().join("snaps/.backup-scratch");
+    let started = std::time::Instant::now();
+    let seen = loop {
+        let copy = std::fs::read_dir(&top).ok().and_then(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_dir(e.path()).ok())
+                .flatten()
+                .flatten()
+                .find(|f| {
+                    f.file_name()
+                        .to_string_lossy()
+                        .starts_with("etcd-snapshot-")
+                })
+        });
+        if let Some(f) = copy {
+            break f.path();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("verify of {key} ended ({status}) before its copy was seen");
+        }
+        assert!(started.elapsed().as_secs() < 60, "no scratch copy appeared");
+        std::thread::yield_now();
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let se = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("{seen:?}: {se}");
+    bed.outputs.push(se.clone());
+    // Caught before it ended: interrupted, and the copy is gone.
+    assert_eq!(out.status.code(), Some(4), "{se}");
+    assert!(
+        se.starts_with(
+            "interrupted: etcd-setup backups was stopped by SIGTERM while fetching and proving \
+             the backup latest of cluster "
+        ),
+        "{se}"
+    );
+    assert!(!seen.exists());
+    bed.assert_no_scratch("SIGTERM");
+    bed.assert_no_secret();
+}
