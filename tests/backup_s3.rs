@@ -123,7 +123,9 @@ encrypt = false
     // process, and a name by pid alone had one test read another's half-written file.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = s.dir.join(format!("config-{}-{n}.toml", std::process::id()));
+    let path = s
+        .dir
+        .join(format!("config-{}-{n}.toml", std::process::id()));
     std::fs::write(&path, text).unwrap();
     config::load(&path).map(|c| c.backup.unwrap())
 }
