@@ -9,84 +9,15 @@ mod support;
 use etcd_setup::backup::bucket;
 use etcd_setup::backup::s3::Client;
 use etcd_setup::shared::config::{self, BackupSettings};
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use support::etcd::Cluster;
 
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 const VERSION: &str = "3.5.16";
 
-/// The radosgw of this test process (http only).
-struct Store {
-    endpoint: String,
-    access: PathBuf,
-    secret: PathBuf,
-    bucket: String,
-}
-
-static STORE: OnceLock<Store> = OnceLock::new();
-static DIR: OnceLock<PathBuf> = OnceLock::new();
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/radosgw")
-}
-
-extern "C" fn stop_store() {
-    if let Some(dir) = DIR.get() {
-        let _ = Command::new(script()).arg("stop").arg(dir).status();
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
-
-/// Two free loopback ports in a row: PORT (S3) and PORT+1 (the monitor).
-fn port() -> u16 {
-    for _ in 0..50 {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        drop(l);
-        let free = |q: u16| TcpListener::bind(("127.0.0.1", q)).is_ok();
-        if p < 65000 && free(p) && free(p + 1) {
-            return p;
-        }
-    }
-    panic!("no two free loopback ports in a row");
-}
-
-fn store() -> &'static Store {
-    STORE.get_or_init(|| {
-        let dir = support::scratch::dir("radosgw-upload").keep();
-        DIR.set(dir.clone()).unwrap();
-        // SAFETY: registers a plain function to run at exit; it touches only statics.
-        unsafe { nix::libc::atexit(stop_store) };
-        let out = Command::new(script())
-            .arg("start")
-            .arg(&dir)
-            .arg(port().to_string())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "radosgw did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
-        let get = |k: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("{k}=")))
-                .unwrap_or_else(|| panic!("no {k} in {text}"))
-                .to_string()
-        };
-        Store {
-            endpoint: get("endpoint"),
-            access: get("access_key_file").into(),
-            secret: get("secret_key_file").into(),
-            bucket: get("bucket"),
-        }
-    })
-}
+use support::store::store;
 
 fn secret() -> String {
     std::fs::read_to_string(&store().secret)
@@ -154,7 +85,7 @@ identity_file = "{identity}"
 period = "744h"
 "#,
             snaps = self.path("snaps").display(),
-            endpoint = s.endpoint,
+            endpoint = s.http,
             bucket = s.bucket,
             access = s.access.display(),
             secret = secret_file.display(),

@@ -1,7 +1,7 @@
 //! A real object store for the backup tests: Ceph's radosgw from Debian's packages,
 //! started once per test process by `tests/support/radosgw` (one mon, one memstore OSD,
 //! rgw on loopback with http and https) in a scratch folder, stopped when the process
-//! exits. No mock S3. (`tests/backup_s3.rs` holds the same steps inline.)
+//! exits. No mock S3. (Shared by tests/backup_s3.rs, backup_upload.rs and backup_restore.rs.)
 #![allow(dead_code)] // each test binary uses its own part of the support
 
 use std::net::TcpListener;
