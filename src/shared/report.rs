@@ -40,7 +40,7 @@ pub use operation::{
     OPERATION_FILE,
 };
 pub(crate) use record::open_flags as record_open_flags;
-pub use record::{read_record, RecordError};
+pub use record::{read_json_record, read_record, RecordError};
 pub use reporter::{Reporter, SharedReporter};
 pub use snapshot::{
     read_snapshot_record, record_snapshot, record_snapshot_failure, record_snapshot_kept,

@@ -151,17 +151,7 @@ pub fn backup_record_path(state_dir: &Path) -> PathBuf {
 /// huge file); `None` when nothing was recorded yet.
 pub fn read_backup_record(state_dir: &Path) -> io::Result<Option<BackupRecord>> {
     let path = backup_record_path(state_dir);
-    let bytes = match super::read_record(&path, "a backup record", MAX_STATE) {
-        Ok(Some(b)) => b,
-        Ok(None) => return Ok(None),
-        Err(super::RecordError::Io(e)) => return Err(e),
-        Err(super::RecordError::Invalid(why)) => {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, why))
-        }
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    super::read_json_record(&path, "a backup record", MAX_STATE)
 }
 
 /// Changes the record in `state_dir` with `change`, under the writers' lock. A record

@@ -1,4 +1,4 @@
-//! The one way a record is read: `state.json`, `snapshot.json`, `operation.json`, by the
+//! The one way a record is read: `state.json`, `snapshot.json`, `backup.json`, `operation.json`, by the
 //! commands and by the status server alike.
 //!
 //! A record's folder is root's, but a record is still opened as if anyone could have put
@@ -92,6 +92,26 @@ pub fn read_record(path: &Path, what: &str, max: u64) -> Result<Option<Vec<u8>>,
         )));
     }
     Ok(Some(bytes))
+}
+
+/// A JSON record at `path` read through [`read_record`] (`what` names it in errors, at
+/// most `max` bytes): `None` when nothing was recorded yet; a bad file is `InvalidData`.
+pub fn read_json_record<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &str,
+    max: u64,
+) -> io::Result<Option<T>> {
+    let bytes = match read_record(path, what, max) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
+        Err(RecordError::Io(e)) => return Err(e),
+        Err(RecordError::Invalid(why)) => {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, why))
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]

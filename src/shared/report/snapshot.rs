@@ -78,17 +78,7 @@ pub fn snapshot_record_path(state_dir: &Path) -> PathBuf {
 /// huge file there is an error at once, never a wait); `None` when no snapshot ran yet.
 pub fn read_snapshot_record(state_dir: &Path) -> io::Result<Option<SnapshotRecord>> {
     let path = snapshot_record_path(state_dir);
-    let bytes = match super::read_record(&path, "a snapshot record", MAX_STATE) {
-        Ok(Some(b)) => b,
-        Ok(None) => return Ok(None),
-        Err(super::RecordError::Io(e)) => return Err(e),
-        Err(super::RecordError::Invalid(why)) => {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, why))
-        }
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    super::read_json_record(&path, "a snapshot record", MAX_STATE)
 }
 
 fn write(state_dir: &Path, record: &SnapshotRecord) -> Result<(), Failure> {
