@@ -5,7 +5,7 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::vm::{report, Image, Vm, VmSpec};
+use support::vm::{report, sample, Image, Vm, VmSpec};
 
 const FAILED_FILE: &str = "/home/cloud/etcd-setup-failed";
 
@@ -344,42 +344,6 @@ fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
     );
 }
 
-/// What Debian's prometheus-node-exporter in the image serves on its port after
-/// etcd-setup-metrics.service wrote the agent's view into its textfile folder: every
-/// `etcd_setup_*` sample, by name (labels included).
-fn scrape(vm: &Vm) -> std::collections::BTreeMap<String, f64> {
-    let text = root(
-        vm,
-        "systemctl start etcd-setup-metrics.service && bash -c 'exec 3<>/dev/tcp/127.0.0.1/9100 \
-         && printf \"GET /metrics HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n\" >&3 && cat <&3'",
-    );
-    assert!(
-        text.starts_with("HTTP/1.0 200"),
-        "node-exporter: {text:.300}"
-    );
-    let samples: std::collections::BTreeMap<String, f64> = text
-        .lines()
-        .filter(|l| l.starts_with("etcd_setup_") || l.contains("etcd-setup.prom"))
-        .filter_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            Some((name.to_string(), value.parse().ok()?))
-        })
-        .collect();
-    assert!(
-        samples
-            .keys()
-            .any(|k| k.starts_with("etcd_setup_status_up")),
-        "node-exporter serves no etcd_setup_ samples: {text:.2000}"
-    );
-    samples
-}
-
-fn sample(samples: &std::collections::BTreeMap<String, f64>, name: &str) -> f64 {
-    *samples
-        .get(name)
-        .unwrap_or_else(|| panic!("no {name} among {samples:?}"))
-}
-
 /// a: node-exporter (from Debian, in the image) serves the agent's metrics, and they
 /// follow the node: etcd stopped and started again, a snapshot taken, then gone stale.
 fn node_exporter_serves_the_agents_view(vm: &Vm) {
@@ -388,7 +352,7 @@ fn node_exporter_serves_the_agents_view(vm: &Vm) {
         vm.ssh_ok("systemctl is-active prometheus-node-exporter.service etcd-setup-metrics.timer"),
         "active\nactive\n"
     );
-    let up = scrape(vm);
+    let up = vm.scrape_node_exporter();
     assert_eq!(sample(&up, "etcd_setup_etcd_healthy"), 1.0, "{up:?}");
     assert_eq!(sample(&up, "etcd_setup_status_exit_code"), 0.0, "{up:?}");
     // The textfile collector read our file without an error.
@@ -401,7 +365,7 @@ fn node_exporter_serves_the_agents_view(vm: &Vm) {
     assert!(read.is_some_and(|v| v > 0.0), "{up:?}");
 
     root(vm, "systemctl stop etcd.service");
-    let down = scrape(vm);
+    let down = vm.scrape_node_exporter();
     assert_eq!(sample(&down, "etcd_setup_etcd_healthy"), 0.0, "{down:?}");
     assert_ne!(
         sample(&down, "etcd_setup_status_exit_code"),
@@ -414,7 +378,7 @@ fn node_exporter_serves_the_agents_view(vm: &Vm) {
          --endpoints=http://127.0.0.1:2379 endpoint health >/dev/null 2>&1; do sleep 0.5; done'",
     );
     assert_eq!(
-        sample(&scrape(vm), "etcd_setup_etcd_healthy"),
+        sample(&vm.scrape_node_exporter(), "etcd_setup_etcd_healthy"),
         1.0,
         "etcd started again"
     );
@@ -426,7 +390,7 @@ fn node_exporter_serves_the_agents_view(vm: &Vm) {
     );
     let snap = vm.ssh("sudo etcd-setup snapshot");
     assert!(snap.status.success(), "{snap:?}");
-    let fresh = scrape(vm);
+    let fresh = vm.scrape_node_exporter();
     assert_eq!(
         sample(&fresh, "etcd_setup_snapshot_stale"),
         0.0,
@@ -434,7 +398,7 @@ fn node_exporter_serves_the_agents_view(vm: &Vm) {
     );
     assert!(sample(&fresh, "etcd_setup_snapshot_last_size_bytes") > 0.0);
     std::thread::sleep(Duration::from_secs(22));
-    let stale = scrape(vm);
+    let stale = vm.scrape_node_exporter();
     assert_eq!(
         sample(&stale, "etcd_setup_snapshot_stale"),
         1.0,

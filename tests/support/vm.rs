@@ -626,6 +626,38 @@ impl Vm {
         );
     }
 
+    /// What Debian's prometheus-node-exporter in the image serves on its port right after
+    /// etcd-setup-metrics.service wrote the agent's view into its textfile folder: every
+    /// `etcd_setup_*` sample and the textfile collector's own about our file, by name
+    /// (labels included).
+    pub fn scrape_node_exporter(&self) -> std::collections::BTreeMap<String, f64> {
+        let script = "systemctl start etcd-setup-metrics.service && bash -c 'exec \
+             3<>/dev/tcp/127.0.0.1/9100 && printf \"GET /metrics HTTP/1.0\\r\\nHost: \
+             localhost\\r\\n\\r\\n\" >&3 && cat <&3'";
+        let text = self.ssh_ok(&format!("sudo sh -c '{}'", script.replace('\'', "'\\''")));
+        assert!(
+            text.starts_with("HTTP/1.0 200"),
+            "{}: node-exporter: {text:.300}",
+            self.name
+        );
+        let samples: std::collections::BTreeMap<String, f64> = text
+            .lines()
+            .filter(|l| l.starts_with("etcd_setup_") || l.contains("etcd-setup.prom"))
+            .filter_map(|l| {
+                let (name, value) = l.rsplit_once(' ')?;
+                Some((name.to_string(), value.parse().ok()?))
+            })
+            .collect();
+        assert!(
+            samples
+                .keys()
+                .any(|k| k.starts_with("etcd_setup_status_up")),
+            "{}: node-exporter serves no etcd_setup_ samples: {text:.2000}",
+            self.name
+        );
+        samples
+    }
+
     /// Runs a command that must succeed; returns its stdout.
     pub fn ssh_ok(&self, remote: &str) -> String {
         let out = self.ssh(remote);
@@ -783,4 +815,11 @@ impl Qmp {
             }
         }
     }
+}
+
+/// The value of the sample `name` (labels included) among `samples`.
+pub fn sample(samples: &std::collections::BTreeMap<String, f64>, name: &str) -> f64 {
+    *samples
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} among {samples:?}"))
 }

@@ -152,7 +152,8 @@ pub fn with_tls(spec: &mut VmSpec, cert: &NodeCert) {
          \x20     client_trusted_ca = \"{PKI_DIR}/ca.crt\"\n\
          \x20     peer_cert = \"{PKI_DIR}/node.crt\"\n\
          \x20     peer_key = \"{PKI_DIR}/node.key\"\n\
-         \x20     peer_trusted_ca = \"{PKI_DIR}/ca.crt\"\n"
+         \x20     peer_trusted_ca = \"{PKI_DIR}/ca.crt\"\n\
+         \x20     warn_days = 1\n"
     );
     let text = &spec.user_data;
     assert!(

@@ -201,6 +201,26 @@ fn failed_polls(c: &Cluster, from: f64, to: f64) -> (usize, Vec<String>) {
     (count, failed)
 }
 
+/// What node-exporter on the first node serves as `etcd_setup_certificate_expiring` of
+/// tls.peer_cert: (the serial label, the value).
+fn expiring_peer_cert(c: &Cluster) -> (String, f64) {
+    let samples = c.nodes[0].vm().scrape_node_exporter();
+    let series: Vec<(&String, &f64)> = samples
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("etcd_setup_certificate_expiring{") && k.contains("key=\"tls.peer_cert\"")
+        })
+        .collect();
+    assert_eq!(series.len(), 1, "{samples:?}");
+    let (name, value) = series[0];
+    let serial = name
+        .split("serial=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no serial label: {name}"));
+    (serial.to_string(), *value)
+}
+
 /// Issue 22 item 2: new leaf certificates and keys from the same CA, renamed over the old
 /// files on every node while every node's status and TLS health are polled. etcd re-reads
 /// its leaf per handshake: its PID stays, a new handshake (client and peer port) shows
@@ -223,6 +243,10 @@ pub fn leaves_from_the_same_ca_replace_the_old_ones_without_a_restart(c: &Cluste
         .iter()
         .map(|n| pki.issue_for(&n.name, &n.ip, 1))
         .collect();
+    // warn_days = 1 (pki::with_tls): the leaves of two days are not yet within it, the
+    // new ones of one day are. node-exporter serves the crossing.
+    let before_scrape = expiring_peer_cert(c);
+    assert_eq!(before_scrape.1, 0.0, "{before_scrape:?}");
     let t0 = unix_now();
     let prober = Prober::start(c, &ca);
     // Probes and polls before the swap, so "throughout" has a before.
@@ -280,6 +304,17 @@ pub fn leaves_from_the_same_ca_replace_the_old_ones_without_a_restart(c: &Cluste
             }
         }
     }
+    let after_scrape = expiring_peer_cert(c);
+    assert_eq!(after_scrape.1, 1.0, "{after_scrape:?}");
+    assert!(
+        same_serial(&after_scrape.0, &x509_field(&fresh[0].cert, "serial")),
+        "{after_scrape:?}"
+    );
+    report(&format!(
+        "cluster c3: node-exporter on {}: etcd_setup_certificate_expiring of tls.peer_cert (tls.warn_days = 1): \
+         serial {} {} -> serial {} {}",
+        c.nodes[0].name, before_scrape.0, before_scrape.1, after_scrape.0, after_scrape.1
+    ));
     // And after it.
     prober.await_after(c, unix_now());
     let probes = prober.finish();
