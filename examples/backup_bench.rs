@@ -868,6 +868,7 @@ identity_file = "{identity}"
         &trial::Expect {
             sha256: sha,
             revision,
+            total_keys: None,
             etcd_version: &etcd_version,
         },
         &c.bin,

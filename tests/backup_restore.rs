@@ -159,6 +159,12 @@ impl Bed {
             member: "m1".into(),
             revision,
             etcd_version: self.c.version.clone(),
+            total_keys: etcd_setup::day2::tools::file_status(
+                &etcd_setup::backup::trial::tool_for(&self.c.bin, &self.c.version).unwrap(),
+                snapshot,
+            )
+            .unwrap()
+            .total_keys,
             time: SystemTime::now(),
         };
         bucket::upload_snapshot(&self.backup, &self.client, snapshot, &meta, &mut sealer)

@@ -277,6 +277,7 @@ mod bucket {
             member: "etcd-1".into(),
             revision,
             etcd_version: "3.5.16".into(),
+            total_keys: 1,
             time: UNIX_EPOCH + Duration::from_secs(secs),
         }
     }

@@ -1,6 +1,6 @@
 //! A backup's plaintext snapshot proven restorable (issue 21): a real snapshot of etcd
 //! 3.5.16 and 3.4.23 passes with its revision and key revisions; a flipped byte, a file
-//! cut short and metadata of another revision each fail as `backup-verify-failed`,
+//! cut short and metadata of another revision or key count each fail as `backup-verify-failed`,
 //! saying which; the scratch data dir is gone afterwards in every case.
 mod support;
 
@@ -56,9 +56,15 @@ fn a_snapshot_is_proven_and_bad_ones_refused(version: &str) {
     assert_eq!(revision, 1 + PUTS as i64);
     let scratch = dir.path().join("scratch");
     std::fs::create_dir(&scratch).unwrap();
+    // What etcd's own `snapshot status` counts, as `snapshot` records it for the upload.
+    let tool = trial::tool_for(&c.bin, version).unwrap();
+    let total_keys = etcd_setup::day2::tools::file_status(&tool, &file)
+        .unwrap()
+        .total_keys;
     let good = Expect {
         sha256: sha(&file),
         revision,
+        total_keys: Some(total_keys),
         etcd_version: version,
     };
 
@@ -84,6 +90,33 @@ fn a_snapshot_is_proven_and_bad_ones_refused(version: &str) {
         e.message
     );
     assert_empty(&scratch, "another revision");
+
+    // Metadata of another key count; none recorded (an older agent's object) is no check.
+    let more = Expect {
+        total_keys: Some(total_keys + 1),
+        ..good.clone()
+    };
+    let e = trial::trial(&file, &more, &c.bin, &scratch).unwrap_err();
+    assert_eq!(e.code, ReasonCode::BackupVerifyFailed, "{}", e.message);
+    assert!(
+        e.message.contains(&format!(
+            "etcd counts {total_keys} keys in it, its backup's metadata says {}",
+            total_keys + 1
+        )),
+        "{}",
+        e.message
+    );
+    assert_empty(&scratch, "another key count");
+    let unrecorded = Expect {
+        total_keys: None,
+        ..good.clone()
+    };
+    assert_eq!(
+        trial::trial(&file, &unrecorded, &c.bin, &scratch)
+            .unwrap()
+            .revision,
+        revision
+    );
 
     // A flipped byte inside the database: its SHA-256 differs from the metadata's; with
     // metadata of the damaged file (damaged before it was backed up), etcd's trailer.

@@ -240,6 +240,12 @@ fn a_snapshot_goes_up_once_per_period_and_age_and_etcdutl_open_it() {
         head.get(bucket::key::REVISION).map(str::to_string),
         Some(snap["last"]["revision"].to_string())
     );
+    // The key count the metadata carries is etcdutl's own for the object's plaintext.
+    assert_eq!(
+        head.get(bucket::key::TOTAL_KEYS).map(str::to_string),
+        Some(st["totalKey"].to_string()),
+        "{st}"
+    );
 
     let rec = n.record("backup.json");
     assert_eq!(rec["last_upload"]["object"], key.as_str());

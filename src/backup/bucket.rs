@@ -31,6 +31,8 @@ pub mod key {
     pub const REVISION: &str = "etcd-setup-revision";
     /// The etcd version that took it.
     pub const ETCD_VERSION: &str = "etcd-setup-etcd-version";
+    /// How many keys etcd's `snapshot status` counted in it (`totalKey`).
+    pub const TOTAL_KEYS: &str = "etcd-setup-total-keys";
     /// SHA-256 of the snapshot file (the plaintext).
     pub const PLAIN_SHA256: &str = "etcd-setup-plain-sha256";
     /// SHA-256 of the object as stored (after sealing); set once read back.
@@ -56,6 +58,8 @@ pub struct Meta {
     pub revision: i64,
     /// The etcd version that took it.
     pub etcd_version: String,
+    /// How many keys etcd's `snapshot status` counted in it (`totalKey`).
+    pub total_keys: u64,
     /// When it was taken.
     pub time: SystemTime,
 }
@@ -161,6 +165,7 @@ fn upload_meta(settings: &BackupSettings, meta: &Meta, plain: &Digest256) -> Vec
         (key::MEMBER.into(), meta.member.clone()),
         (key::REVISION.into(), meta.revision.to_string()),
         (key::ETCD_VERSION.into(), meta.etcd_version.clone()),
+        (key::TOTAL_KEYS.into(), meta.total_keys.to_string()),
         (key::PLAIN_SHA256.into(), super::sigv4::hex(&plain.sha256)),
         (key::AGENT.into(), env!("CARGO_PKG_VERSION").to_string()),
         (key::TIME.into(), crate::shared::report::rfc3339(meta.time)),

@@ -58,6 +58,8 @@ pub struct Recorded {
     pub revision: Option<i64>,
     /// `etcd-setup-etcd-version`.
     pub etcd_version: Option<String>,
+    /// `etcd-setup-total-keys` (objects of agents before it was recorded have none).
+    pub total_keys: Option<u64>,
     /// `etcd-setup-plain-sha256`.
     pub plain_sha256: Option<[u8; 32]>,
     /// `etcd-setup-object-sha256` (set once the upload was read back).
@@ -99,6 +101,7 @@ impl Recorded {
             member: value(head, key::MEMBER),
             revision: get(key::REVISION).and_then(|r| r.parse().ok()),
             etcd_version: value(head, key::ETCD_VERSION),
+            total_keys: get(key::TOTAL_KEYS).and_then(|n| n.parse().ok()),
             plain_sha256: get(key::PLAIN_SHA256).and_then(sha256_hex),
             object_sha256: get(key::OBJECT_SHA256).and_then(sha256_hex),
             verified: value(head, key::VERIFIED),
@@ -657,6 +660,7 @@ pub fn fetch(
     let expect = Expect {
         sha256: plain_sha256,
         revision,
+        total_keys: r.total_keys,
         etcd_version: &etcd_version,
     };
     let trial = trial::trial(&scratch.file, &expect, bin_dir, &scratch.dir).map_err(|f| {

@@ -35,6 +35,9 @@ pub struct Expect<'a> {
     pub sha256: [u8; 32],
     /// The revision it holds.
     pub revision: i64,
+    /// How many keys etcd's `snapshot status` counted when it was taken (`None`: not
+    /// recorded, nothing to compare).
+    pub total_keys: Option<u64>,
     /// The etcd release that took it, e.g. `3.5.16`.
     pub etcd_version: &'a str,
 }
@@ -121,6 +124,14 @@ pub fn trial(
             file.display(),
             status.revision,
             expect.revision
+        )));
+    }
+    if let Some(want) = expect.total_keys.filter(|&n| n != status.total_keys) {
+        return Err(failed(format!(
+            "{}: etcd counts {} keys in it, its backup's metadata says {want} (the metadata \
+             is of another snapshot)",
+            file.display(),
+            status.total_keys
         )));
     }
     let (keys, last) = key_revisions(file)?;

@@ -343,6 +343,7 @@ pub fn upload(s: &Settings, out: &mut Outcome, now: SystemTime) {
         member: &s.node_name,
         revision: out.taken.revision,
         etcd_version: &out.etcd_version,
+        total_keys: out.taken.total_keys,
         time: now,
     };
     out.offsite = Some(offsite::upload(

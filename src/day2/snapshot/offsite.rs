@@ -50,6 +50,8 @@ pub struct Placed<'a> {
     pub revision: i64,
     /// The version of the etcd that took it.
     pub etcd_version: &'a str,
+    /// How many keys etcd's `snapshot status` counted in it.
+    pub total_keys: u64,
     /// When it was taken.
     pub time: SystemTime,
 }
@@ -146,6 +148,7 @@ pub fn upload(b: &BackupSettings, etcd: &Etcd, placed: &Placed<'_>) -> Result<Of
         member: placed.member.to_string(),
         revision: placed.revision,
         etcd_version: placed.etcd_version.to_string(),
+        total_keys: placed.total_keys,
         time: placed.time,
     };
     let file = placed.file;
