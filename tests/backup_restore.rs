@@ -449,15 +449,41 @@ fn a_damaged_a_cut_and_a_foreign_backup_and_a_wrong_identity_each_have_their_rea
     let (code, _, se) = bed.run(&["backups", "verify", "20200101T000000Z-rev1-m1.db.age"]);
     assert_eq!(code, Some(1), "{se}");
     assert!(se.starts_with("backup-not-found: "), "{se}");
+    // With --format json the failure is also one JSON object on stdout, for programs.
+    let (code, so, se) = bed.run(&[
+        "backups",
+        "verify",
+        "20200101T000000Z-rev1-m1.db.age",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, Some(1), "{se}");
+    let v: serde_json::Value = serde_json::from_str(&so).unwrap_or_else(|e| panic!("{e}: {so}"));
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["command"], "backups", "{v}");
+    assert_eq!(v["reason"]["code"], "backup-not-found", "{v}");
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert!(
+        v["reason"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("20200101T000000Z-rev1-m1.db.age") && se.contains(m)),
+        "{v}\n{se}"
+    );
 
     // One byte flipped in the store.
     let mut flipped = good.clone();
     let n = flipped.len();
     flipped[n / 2] ^= 0x01;
     bed.reput(&key, &flipped);
-    let (code, _, se) = bed.run(&["backups", "verify", &name]);
+    let (code, so, se) = bed.run(&["backups", "verify", &name, "--format", "json"]);
     assert_eq!(code, Some(6), "{se}");
     assert!(se.starts_with("backup-corrupt: "), "{se}");
+    let v: serde_json::Value = serde_json::from_str(&so).unwrap_or_else(|e| panic!("{e}: {so}"));
+    assert_eq!(
+        (v["reason"]["code"].as_str(), v["exit_code"].as_u64()),
+        (Some("backup-corrupt"), Some(6)),
+        "{v}"
+    );
     assert!(se.contains(&key), "{se}");
     bed.assert_no_scratch("flipped");
     let (code, _, se) = bed.run(&["restore", "--from-backup", &name, "--no-systemd"]);

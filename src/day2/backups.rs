@@ -244,6 +244,7 @@ pub fn command(args: &BackupsArgs) -> u8 {
             dirs: &args.dirs,
             lock: None,
             record: None,
+            json: args.format == Format::Json,
         },
         |f| {
             let s = &f.settings;

@@ -4,7 +4,8 @@
 //! ([`Node`]); the node lock when the command takes it; the operation record
 //! ([`OperationGuard`], pid and start time) when the command keeps one; then the command's
 //! body; then its output in one shape (stdout lines through [`printable::line`], a failure
-//! as [`printable::failure`] on stderr) and the exit code from [`exit::of`].
+//! as [`printable::failure`] on stderr, and with `--format json` also as one JSON object
+//! on stdout, [`failure_json`]) and the exit code from [`exit::of`].
 //!
 //! **The node lock** (`run.lock` in the run dir, [`RunLock`], the one `run` holds) is
 //! taken by every command that stops or starts etcd, changes the membership or swaps the
@@ -54,6 +55,9 @@ pub struct Spec<'a> {
     pub lock: Option<Duration>,
     /// The operation record's first step, when the command keeps one.
     pub record: Option<&'a str>,
+    /// Whether the command speaks JSON (`--format json`): a failure is then also one JSON
+    /// object on stdout, as every outcome of `status --format json` is.
+    pub json: bool,
 }
 
 /// A command's frame, handed to its body.
@@ -73,6 +77,7 @@ pub struct Frame {
 /// The signal thread's view of the command.
 struct Signals {
     command: Option<Command>,
+    json: bool,
     step: String,
     critical: u32,
     pending: Option<&'static str>,
@@ -81,6 +86,7 @@ struct Signals {
 
 static SIGNALS: Mutex<Signals> = Mutex::new(Signals {
     command: None,
+    json: false,
     step: String::new(),
     critical: 0,
     pending: None,
@@ -114,22 +120,30 @@ fn on_signal(signal: &'static str) -> Option<u8> {
         return None;
     }
     let f = interrupted_failure(command, signal, &s.step);
+    let code = exit::of(command, ReasonCode::Interrupted);
     for line in printable::failure(&f) {
         eprintln!("{line}");
+    }
+    if s.json {
+        crate::shared::output::print(&format!("{}\n", failure_json(command, &f, code)));
     }
     for f in &s.on_interrupt {
         f();
     }
-    Some(exit::of(command, ReasonCode::Interrupted))
+    Some(code)
     // The lock stays held (SIGNALS) while the process exits: no critical section begins.
 }
 
 /// Runs `body` in the frame `spec` describes; the exit code. `body` returns the lines to
 /// print on stdout.
 pub fn run(spec: Spec<'_>, body: impl FnOnce(&Frame) -> Result<Vec<String>, Failure>) -> u8 {
-    signals_state().command = Some(spec.command);
+    {
+        let mut s = signals_state();
+        s.command = Some(spec.command);
+        s.json = spec.json;
+    }
     signals::spawn(on_signal);
-    let command = spec.command;
+    let (command, json) = (spec.command, spec.json);
     let outcome = begin(&spec).and_then(|frame| {
         let out = body(&frame);
         // Held at the end of a critical section with nothing left to stop: what was done
@@ -147,8 +161,32 @@ pub fn run(spec: Spec<'_>, body: impl FnOnce(&Frame) -> Result<Vec<String>, Fail
             }
             exit::data::OK // 0 for every command
         }
-        Err(f) => report(command, &f),
+        Err(f) => {
+            let code = report(command, &f);
+            if json {
+                crate::shared::output::print(&format!("{}\n", failure_json(command, &f, code)));
+            }
+            code
+        }
     }
+}
+
+/// A failure as one JSON object, for programs that read stdout only: the command, its
+/// reason (code and message, as status gives it, and the causes under it) and the exit
+/// code.
+pub fn failure_json(command: Command, f: &Failure, exit_code: u8) -> String {
+    let causes: Vec<String> = f
+        .source
+        .iter()
+        .flat_map(|s| s.chain().map(|c| c.to_string()))
+        .collect();
+    serde_json::json!({
+        "command": command.to_string(),
+        "ok": false,
+        "reason": { "code": f.code.as_str(), "message": f.message, "causes": causes },
+        "exit_code": exit_code,
+    })
+    .to_string()
 }
 
 /// Prints `f` in the one shape ([`printable::failure`]); its exit code ([`exit::of`]).

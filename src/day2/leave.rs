@@ -28,6 +28,7 @@ pub fn command(args: &LeaveArgs) -> u8 {
             dirs: &args.dirs,
             lock: Some(args.lock_timeout),
             record: Some("checking the preconditions"),
+            json: false,
         },
         |f| leave(f, args.force).map(|done| vec![done]),
     )

@@ -401,6 +401,7 @@ pub fn command(args: &crate::cli::MaintainArgs) -> u8 {
             dirs: &dirs,
             lock: None,
             record: None,
+            json: false,
         },
         |f| maintain(&f.settings).map(|_| Vec::new()),
     )

@@ -225,6 +225,7 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
             dirs: &args.dirs,
             lock: Some(args.lock_timeout),
             record: Some(&format!("checking {what}")),
+            json: false,
         },
         |f| {
             let s = &f.settings;

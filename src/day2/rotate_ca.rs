@@ -57,6 +57,7 @@ pub fn command(args: &RotateCaArgs) -> u8 {
             dirs: &args.dirs,
             lock: Some(args.lock_timeout),
             record: Some("checking the trust bundles"),
+            json: false,
         },
         |f| rotate(f, args).map(|line| vec![line]),
     )

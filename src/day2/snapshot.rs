@@ -406,6 +406,7 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
             dirs: &args.dirs,
             lock: None,
             record: None,
+            json: false,
         },
         |f| {
             let s = &f.settings;

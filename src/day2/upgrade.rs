@@ -63,6 +63,7 @@ pub fn command(args: &UpgradeArgs) -> u8 {
             dirs: &args.dirs,
             lock: Some(args.lock_timeout),
             record: Some("validating"),
+            json: false,
         },
         |f| {
             let mut record = Recorder::new(f);
