@@ -3,13 +3,12 @@
 //! naming the key before any wait, and the inspector status uses tells each case with its
 //! reason code, a warning within `tls.warn_days`, and a changed file at once.
 
-#[path = "support/pki.rs"]
-mod pki;
+mod support;
 
 use etcd_setup::reason::ReasonCode;
 use etcd_setup::shared::config::certs::{first_problem, warnings, CertKind, Inspector, Policy};
 use etcd_setup::shared::config::TlsFiles;
-use pki::{days_from_now, Pki};
+use support::pki::{days_from_now, Pki};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 
-#[path = "support/pki.rs"]
-mod pki;
+mod support;
 
 /// A valid configuration with `[report] status_group = GROUP`.
 fn config(group: &str) -> String {
@@ -1118,7 +1117,7 @@ fn an_operation_record_naming_a_live_unrelated_pid_does_not_read_in_progress() {
 /// fails the member with `cert-expired` naming the key, at the next query.
 #[test]
 fn certificates_show_in_status_expiring_warns_and_expired_fails() {
-    use pki::{days_from_now, Pki};
+    use crate::support::pki::{days_from_now, Pki};
     let pki = Pki::new();
     let key = pki.key("peer", "ec");
     let soon = pki.leaf(
@@ -1216,7 +1215,7 @@ fn certificates_show_in_status_expiring_warns_and_expired_fails() {
 /// into the file; and without a server the exposition says `etcd_setup_status_up 0`.
 #[test]
 fn prometheus_format_passes_promtool_and_output_writes_the_file() {
-    use pki::{days_from_now, Pki};
+    use crate::support::pki::{days_from_now, Pki};
     let pki = Pki::new();
     let key = pki.key("peer", "rsa");
     let crt = pki.leaf(

@@ -4,14 +4,11 @@
 //! first seconds, and the watch fed with one member's log fails with `etcd-tls-refused`
 //! naming the other's peer URL and etcd's words, within seconds; the same two members with
 //! one CA elect a leader and the watch says nothing.
-#[path = "support/pki.rs"]
-#[allow(dead_code)] // tls_table serves tests/certs.rs
-mod pki;
 mod support;
 
 use etcd_setup::reason::{Failure, ReasonCode};
 use etcd_setup::shared::service::refusal::Watch;
-use pki::{days_from_now, Pki};
+use support::pki::{days_from_now, Pki};
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;

@@ -2,6 +2,7 @@
 pub mod etcd;
 pub mod inputs;
 pub mod net;
+pub mod pki;
 pub mod scratch;
 pub mod store;
 pub mod upkeep;

@@ -1,6 +1,8 @@
 //! TLS files made by `openssl` for the certificate tests: a CA, and leaves with chosen
-//! validity, SANs and keys, in a folder outside /tmp (which etcd's sandbox hides, so the
-//! configuration refuses TLS files there).
+//! validity, SANs and keys, in a scratch folder ([`super::scratch`]) outside /tmp, /home
+//! and /root wherever the checkout lies (etcd's sandbox hides those, so the configuration
+//! refuses TLS files there).
+#![allow(dead_code)] // each test binary uses its own part of the support
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,10 +25,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 impl Pki {
     /// A new CA (`ca.crt`, P-256) in a fresh folder under the target's tmp folder.
     pub fn new() -> Pki {
-        let dir = tempfile::Builder::new()
-            .prefix("pki")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .expect("tempdir");
+        let dir = super::scratch::dir("pki");
         let d = dir.path();
         std::fs::write(
             d.join("ca.cnf"),
