@@ -378,13 +378,78 @@ pub struct VmSpec {
     pub extra_args: Vec<String>,
     /// Host services the guest may reach, as (guest port, host port): the guest connects
     /// to [`HOST_SERVICES`]`:GUEST_PORT` and qemu's user-mode network carries it to
-    /// 127.0.0.1:HOST_PORT (guestfwd; `restrict=on` keeps everything else out). For an
-    /// S3 store on the host's loopback, for example.
+    /// 127.0.0.1:HOST_PORT. For an S3 store on the host's loopback, for example. They go
+    /// on a NIC of their own ([`STORE_NIC`], address [`STORE_IP`], a second user-mode
+    /// network with `restrict=on`: the guest reaches nothing else through it), so that a
+    /// test can cut the store's link (`Vm::set_link`) and still reach the guest over SSH.
+    /// Each guest connection runs `socat` on the host to 127.0.0.1:HOST_PORT (guestfwd's
+    /// `cmd:` form; its chardev form would be one stream for every connection, opened once
+    /// when qemu starts). Needs `network_config` to have an `ethernets:` map (or none):
+    /// the store NIC's entry is added to it.
     pub guest_forwards: Vec<(u16, u16)>,
 }
 
 /// The address at which a guest reaches the host services of [`VmSpec::guest_forwards`].
-pub const HOST_SERVICES: &str = "10.0.2.100";
+pub const HOST_SERVICES: &str = "10.0.3.100";
+
+/// The guest's address on the host services' network (user-mode, 10.0.3.0/24).
+pub const STORE_IP: &str = "10.0.3.15";
+
+/// The MAC of the host services' NIC.
+pub const STORE_MAC: &str = "52:54:00:12:34:57";
+
+/// The qemu device ID of the host services' NIC, for `Vm::set_link`.
+pub const STORE_NIC: &str = "storenic";
+
+/// The qemu arguments of the host services' NIC for `forwards` (none without any).
+fn store_nic_args(forwards: &[(u16, u16)]) -> Vec<String> {
+    if forwards.is_empty() {
+        return Vec::new();
+    }
+    let rules: String = forwards
+        .iter()
+        .map(|(guest, host)| {
+            // One socat a connection, its stdin and stdout the guest's connection (and so
+            // its stderr: -lf sends its messages elsewhere).
+            format!(
+                ",guestfwd=tcp:{HOST_SERVICES}:{guest}-cmd:socat -lf /dev/null STDIO TCP:127.0.0.1:{host}"
+            )
+        })
+        .collect();
+    vec![
+        "-netdev".into(),
+        format!("user,id=store,net=10.0.3.0/24,restrict=on{rules}"),
+        "-device".into(),
+        format!("virtio-net-pci,netdev=store,mac={STORE_MAC},id={STORE_NIC}"),
+    ]
+}
+
+/// `network` (cloud-init's network config version 2) with the host services' NIC: its
+/// static address, no gateway (nothing but the forwarded services lies behind it).
+fn with_store_nic(network: Option<&str>) -> String {
+    let entry = format!(
+        "ethernets:\n\
+         \x20 store:\n\
+         \x20   match: {{macaddress: \"{STORE_MAC}\"}}\n\
+         \x20   addresses: [\"{STORE_IP}/24\"]\n"
+    );
+    match network {
+        Some(n) => {
+            assert_eq!(
+                n.matches("ethernets:\n").count(),
+                1,
+                "guest_forwards need one `ethernets:` map in network_config: {n}"
+            );
+            n.replace("ethernets:\n", &entry)
+        }
+        None => format!(
+            "version: 2\n{entry}\
+             \x20 nat:\n\
+             \x20   match: {{macaddress: \"{NAT_MAC}\"}}\n\
+             \x20   dhcp4: true\n"
+        ),
+    }
+}
 
 /// The MAC of every VM's first NIC (user-mode networking, SSH).
 pub const NAT_MAC: &str = "52:54:00:12:34:56";
@@ -451,12 +516,17 @@ impl Vm {
             "qemu-img: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let network = if spec.guest_forwards.is_empty() {
+            spec.network_config.clone()
+        } else {
+            Some(with_store_nic(spec.network_config.as_deref()))
+        };
         let seed = seed_iso(
             &dir,
             &spec.name,
             &spec.user_data,
             spec.user_data_as_is,
-            spec.network_config.as_deref(),
+            network.as_deref(),
         );
         let ssh_port = free_port();
         let cdrom = match &spec.cdrom {
@@ -495,18 +565,13 @@ impl Vm {
             .args(["-device", "ide-cd,drive=seed,id=cdrom1,bus=ide.1,unit=1"])
             .arg("-netdev")
             .arg(format!(
-                "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22{}",
-                spec.guest_forwards
-                    .iter()
-                    .map(|(guest, host)| {
-                        format!(",guestfwd=tcp:{HOST_SERVICES}:{guest}-tcp:127.0.0.1:{host}")
-                    })
-                    .collect::<String>()
+                "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22"
             ))
             .args([
                 "-device",
                 &format!("virtio-net-pci,netdev=n0,mac={NAT_MAC}"),
             ])
+            .args(store_nic_args(&spec.guest_forwards))
             // append=on: a reboot (a new qemu on the same disk) keeps the first console.
             .arg("-chardev")
             .arg(format!(
@@ -702,6 +767,14 @@ impl Vm {
                 json!({"id": "cdrom0", "filename": iso, "format": "raw", "read-only-mode": "read-only"}),
             )
             .unwrap_or_else(|e| panic!("insert {iso}: {e}"));
+    }
+
+    /// Brings the link of the NIC with qemu device ID `nic` down or up (QMP `set_link`):
+    /// the guest sees its carrier go, and no frame crosses it either way until it is up.
+    pub fn set_link(&mut self, nic: &str, up: bool) {
+        self.qmp()
+            .execute("set_link", json!({"name": nic, "up": up}))
+            .unwrap_or_else(|e| panic!("{}: set_link {nic} {up}: {e}", self.name));
     }
 
     /// Ejects the Kubernetes CD-ROM (forced: the guest may hold the tray locked).

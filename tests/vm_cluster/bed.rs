@@ -288,6 +288,8 @@ pub struct Cluster {
     pub token: String,
     /// What the operator added to every node's configuration.
     pub additions: Additions,
+    /// Host services every node may reach (`VmSpec::guest_forwards`), on every boot.
+    pub forwards: Vec<(u16, u16)>,
 }
 
 impl Cluster {
@@ -295,6 +297,17 @@ impl Cluster {
     /// the cluster speaks https on peer and client URLs; every node's configuration gets
     /// `additions`.
     pub fn boot(tag: &str, tls: Option<&Pki>, additions: Additions) -> Cluster {
+        Cluster::boot_with_forwards(tag, tls, additions, Vec::new())
+    }
+
+    /// [`Cluster::boot`], every node also reaching the host services of `forwards`
+    /// (as `VmSpec::guest_forwards`; kept for every recreated node).
+    pub fn boot_with_forwards(
+        tag: &str,
+        tls: Option<&Pki>,
+        additions: Additions,
+        forwards: Vec<(u16, u16)>,
+    ) -> Cluster {
         let image = Image::from_env();
         let scheme = if tls.is_some() { "https" } else { "http" };
         let hub_dir = std::env::temp_dir().join(format!("etcd-setup-{tag}-{}", std::process::id()));
@@ -323,6 +336,7 @@ impl Cluster {
             if let Some(pki) = tls {
                 with_tls(&mut spec, &pki.issue(name, ip));
             }
+            spec.guest_forwards = forwards.clone();
             vms.push(Vm::boot(&image, spec));
         }
         let mut nodes = Vec::new();
@@ -386,6 +400,7 @@ impl Cluster {
             initial_cluster,
             token,
             additions,
+            forwards,
         }
     }
 
@@ -413,6 +428,7 @@ impl Cluster {
             token,
             self.additions,
         );
+        spec.guest_forwards = self.forwards.clone();
         edit(&mut spec);
         // The old qemu must be gone before the new one takes its hub port and folder.
         drop(self.nodes[i].vm.take());
@@ -426,6 +442,45 @@ impl Cluster {
             self.tag
         ));
         began
+    }
+
+    /// Every node's VM destroyed with its disk, then three new ones booted at once from
+    /// fresh overlays of the template with the same names, addresses and cloud-config
+    /// (and host services), as the platform recreates a cluster whose VMs are all gone.
+    /// Their answers go on in the same timelines. Returns the host time the old VMs were
+    /// gone.
+    pub fn recreate_all(&mut self) -> f64 {
+        let image = Image::from_env();
+        for n in &mut self.nodes {
+            n.stop_polling();
+            drop(n.vm.take());
+        }
+        let gone = unix_now();
+        let mut vms = Vec::new();
+        for i in 0..self.nodes.len() {
+            self.hub.free_port(i);
+            let mut spec = node_spec(
+                &self.hub,
+                i,
+                &self.nodes[i].name,
+                &self.nodes[i].ip,
+                &self.initial_cluster,
+                &self.token,
+                self.additions,
+            );
+            spec.guest_forwards = self.forwards.clone();
+            vms.push(Vm::boot(&image, spec));
+        }
+        for (i, mut vm) in vms.into_iter().enumerate() {
+            let to_ssh = vm.wait_ssh(Duration::from_secs(400)).as_secs_f64();
+            report(&format!(
+                "cluster {}: {} booted anew from the template (three at once), SSH after {to_ssh:.1} s",
+                self.tag, self.nodes[i].name
+            ));
+            self.nodes[i].vm = Some(vm);
+            self.nodes[i].start_polling();
+        }
+        gone
     }
 
     /// Inserts `iso` into node `i`'s Kubernetes CD-ROM drive; returns the host time.

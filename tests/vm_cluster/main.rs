@@ -27,6 +27,7 @@ mod bed;
 mod c1;
 mod c3;
 mod c4;
+mod offsite;
 mod pki;
 mod rotation;
 
