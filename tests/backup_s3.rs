@@ -409,6 +409,17 @@ mod bucket {
         up.write_all(&data(MIN_PART_SIZE, 1)).unwrap();
         std::mem::forget(up);
         let now = UNIX_EPOCH + Duration::from_secs(base + 3 * 3600);
+        // One cut off half an hour before the newest verified object (base + 3 h) was made
+        // under the lock: superseded, aborted although it is young.
+        let superseded = format!(
+            "{prefix}{}-rev3-etcd-3.db",
+            etcd_setup::shared::report::file_stamp(
+                UNIX_EPOCH + Duration::from_secs(base + 2 * 3600 + 1800)
+            )
+        );
+        let mut up = c.upload(&superseded, &[]);
+        up.write_all(&data(MIN_PART_SIZE, 3)).unwrap();
+        std::mem::forget(up);
         let live = format!(
             "{prefix}{}-rev9-etcd-2.db",
             etcd_setup::shared::report::file_stamp(now)
@@ -419,7 +430,7 @@ mod bucket {
 
         let pruned = bucket::prune(&b, &c, ours, now).unwrap();
         assert_eq!(pruned.deleted, vec![keys[1].clone(), keys[0].clone()]);
-        assert_eq!(pruned.aborted, vec![stale]);
+        assert_eq!(pruned.aborted, vec![stale, superseded]);
         let left: Vec<_> = c
             .list(&prefix, 1000)
             .unwrap()

@@ -8,10 +8,10 @@ mod support;
 use etcd_setup::reason::ReasonCode;
 use etcd_setup::shared::config::certs::{first_problem, warnings, CertKind, Inspector, Policy};
 use etcd_setup::shared::config::TlsFiles;
-use support::pki::{days_from_now, Pki};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
+use support::pki::{days_from_now, Pki};
 
 const IP: &str = "10.1.1.11";
 const SAN: &str = "IP:10.1.1.11,DNS:etcd-1";

@@ -8,7 +8,6 @@ mod support;
 
 use etcd_setup::reason::{Failure, ReasonCode};
 use etcd_setup::shared::service::refusal::Watch;
-use support::pki::{days_from_now, Pki};
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
@@ -16,6 +15,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use support::pki::{days_from_now, Pki};
 
 struct Killed(Vec<Child>);
 

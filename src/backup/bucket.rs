@@ -395,7 +395,8 @@ pub fn upload_due(
 }
 
 /// An incomplete upload of ours is aborted once its name is this old (or one period, when
-/// that is longer): a live upload is younger.
+/// that is longer): a live upload is younger. One named before the newest verified object
+/// is aborted at once (see [`prune`]).
 pub const STALE_UPLOAD: Duration = Duration::from_secs(24 * 3600);
 
 /// What retention did.
@@ -410,7 +411,11 @@ pub struct Pruned {
 /// Keeps the newest `settings.retain` objects of `cluster`: deletes older ones that are
 /// ours by name and metadata, never the newest verified one; aborts our incomplete uploads
 /// named more than [`STALE_UPLOAD`] (or one period, when longer) before `now` (a live
-/// upload is younger).
+/// upload is younger), and those named before the newest verified object: that one was
+/// uploaded under the cluster lock after them, so their uploader died, lost its link or
+/// lost the lock, and what it would complete is older than what the bucket holds. (An
+/// uploader whose lock lapsed and that still sends finds its upload gone and fails, which
+/// it says.) Retention runs under the cluster lock, after this member's own upload.
 pub fn prune(
     settings: &BackupSettings,
     client: &Client,
@@ -419,6 +424,7 @@ pub fn prune(
 ) -> S3Result<Pruned> {
     let mut pruned = Pruned::default();
     let mut newest_verified_seen = false;
+    let mut newest_verified_time = None;
     let keep = usize::try_from(settings.retain).unwrap_or(usize::MAX);
     for (i, b) in backups(settings, client, cluster)?.into_iter().enumerate() {
         let Some(head) = client.head(&b.key)? else {
@@ -430,6 +436,9 @@ pub fn prune(
         let is_verified = verified(&head);
         let newest_verified = is_verified && !newest_verified_seen;
         newest_verified_seen |= is_verified;
+        if newest_verified {
+            newest_verified_time = Some(b.name.time);
+        }
         if i < keep || newest_verified {
             continue;
         }
@@ -442,7 +451,9 @@ pub fn prune(
             continue;
         };
         let stale = settings.period.max(STALE_UPLOAD);
-        if now.duration_since(name.time).unwrap_or(Duration::ZERO) < stale {
+        let old = now.duration_since(name.time).unwrap_or(Duration::ZERO) >= stale;
+        let superseded = newest_verified_time.is_some_and(|t| name.time < t);
+        if !old && !superseded {
             continue;
         }
         client.abort_upload(&u.key, &u.upload_id)?;
