@@ -172,6 +172,10 @@ pub struct RotateCaArgs {
     /// How long the leader lets waiting members go first.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10min")]
     pub leader_wait: Duration,
+    /// How long members found unhealthy are asked again (every 5 s) before rotate-ca
+    /// refuses with cluster-unhealthy.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    pub health_wait: Duration,
     /// State folders.
     #[command(flatten)]
     pub dirs: StateDirs,

@@ -309,7 +309,7 @@ peer_trusted_ca = "{peer_ca}"
     fn rotate_ca(&self, i: usize, cfg: &Path) -> Output {
         let state = self.dir.path().join(format!("state-{i}"));
         Command::new(BIN)
-            .args(["rotate-ca", "--config"])
+            .args(["rotate-ca", "--health-wait", "15s", "--config"])
             .arg(cfg)
             .arg("--run-dir")
             .arg(state.join("run"))
@@ -397,6 +397,11 @@ fn rotate_ca_refuses_without_quorum_and_touches_nothing() {
     let text = said(&out);
     assert_eq!(out.status.code(), Some(6), "{text}");
     assert!(text.contains("cluster-unhealthy:"), "{text}");
+    // Asked again within --health-wait before the refusal.
+    assert!(
+        text.contains("; asking again in 5 s (until 15 s of --health-wait)"),
+        "{text}"
+    );
     // etcd of this member still runs (nothing stopped it).
     assert!(c.members[0]
         .as_mut()

@@ -48,8 +48,12 @@ use std::time::Duration;
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 /// etcdctl's `--command-timeout` unless told otherwise.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
-/// What our own deadline adds to etcdctl's timeouts before the child is killed.
-const GRACE: Duration = Duration::from_secs(3);
+/// What our own deadline adds to etcdctl's timeouts before the child is killed: etcdctl's
+/// own start and exit, which its timeouts do not count. On a loaded node it takes seconds
+/// (c3 under TCG: three rotate-ca surveys at once, six etcdctl each on one vCPU, were all
+/// killed at 3 s of grace although etcd answered); etcdctl's timeouts still bound etcd's
+/// side, so a longer grace only bounds a stuck child later.
+const GRACE: Duration = Duration::from_secs(10);
 
 /// An etcd client: the `etcdctl` to run, the client URLs to ask, TLS and timeouts.
 #[derive(Debug, Clone)]

@@ -272,13 +272,43 @@ fn check_all(
     Ok((said.join("; "), view))
 }
 
+/// [`check_all`], asked again every 5 s while it finds the cluster unhealthy, for at most
+/// `--health-wait`: a member slow to answer one survey (a loaded node, another member's
+/// turn just ending) is not a member down. Any other refusal is at once.
+fn check_all_patiently(
+    f: &Frame,
+    client: &Client,
+    node: &Node,
+    args: &RotateCaArgs,
+    under_lock: bool,
+) -> Result<(String, Vec<MemberView>), Failure> {
+    let started = Instant::now();
+    loop {
+        match check_all(&f.settings, client, node, args.force, under_lock) {
+            Err(e)
+                if e.code == ReasonCode::ClusterUnhealthy
+                    && started.elapsed() < args.health_wait =>
+            {
+                eprintln!(
+                    "etcd-setup rotate-ca: {}; asking again in 5 s (until {} s of --health-wait)",
+                    e.headline(),
+                    args.health_wait.as_secs()
+                );
+                std::thread::sleep(Duration::from_secs(5));
+                frame::checkpoint()?;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn rotate(f: &Frame, args: &RotateCaArgs) -> Result<String, Failure> {
     let s = &f.settings;
     let node = &f.node;
     let mut all = node.own_client_url().into_iter().collect::<Vec<_>>();
     all.extend(node.peer_client_urls());
     let client = node.client(all);
-    let (said, view) = check_all(s, &client, node, args.force, false)?;
+    let (said, view) = check_all_patiently(f, &client, node, args, false)?;
     eprintln!("etcd-setup rotate-ca: {said}");
 
     // One member at a time: the lock lives on the other members, whose etcd stays up
@@ -342,7 +372,7 @@ fn take_turn(
                 )
                 .with_source(e)
             })?;
-        let (said, view) = check_all(&f.settings, client, node, args.force, true)?;
+        let (said, view) = check_all_patiently(f, client, node, args, true)?;
         let leads = view.iter().any(|m| m.is_self && m.is_leader);
         // Others waiting for the lock hold keys under its prefix beside the holder's.
         let waiting = locker
