@@ -135,6 +135,19 @@ pub(super) struct VersionSeen {
     pub(super) retry_at: Option<Instant>,
 }
 
+/// `first`, etcd's `/health`, or when it says unhealthy without naming an alarm, what
+/// `again` reads: etcd answers `{"health":"false"}` when one linearizable read took over a
+/// second (3.4) or its quorum read timed out (3.5), which a loaded moment causes on a
+/// healthy member (c4 under TCG: a 3.4 member beside three surveys at once, healthy again
+/// at the next poll). Unhealthy is what two reads half a second apart say; an alarm
+/// (`ALARM NOSPACE`, `ALARM CORRUPT`) is believed at once.
+fn confirmed(first: Health, again: impl FnOnce() -> Health) -> Health {
+    match &first {
+        Health::Unhealthy(body) if !body.contains("ALARM") => again(),
+        _ => first,
+    }
+}
+
 impl SystemLive {
     /// How long one look is reused.
     pub const TTL: Duration = Duration::from_millis(500);
@@ -142,6 +155,9 @@ impl SystemLive {
     /// loaded node (three emulated guests on two cores, say) etcd took over a second to
     /// answer, and a one-second bound reported a healthy member as failed.
     pub const HEALTH_DEADLINE: Duration = Duration::from_secs(3);
+    /// How long after an unhealthy `/health` that names no alarm it is asked once more
+    /// ([`confirmed`]).
+    pub const HEALTH_RECHECK: Duration = Duration::from_millis(500);
     /// The longest read of `/metrics` for the version.
     pub const VERSION_DEADLINE: Duration = Duration::from_secs(2);
     /// How long a failed version read stands before the same process is asked again.
@@ -221,7 +237,10 @@ impl SystemLive {
         };
         let (health, version) = if unit.is_active() {
             (
-                health::check(self.metrics, Self::HEALTH_DEADLINE),
+                confirmed(health::check(self.metrics, Self::HEALTH_DEADLINE), || {
+                    std::thread::sleep(Self::HEALTH_RECHECK);
+                    health::check(self.metrics, Self::HEALTH_DEADLINE)
+                }),
                 self.live_version(&unit),
             )
         } else {
@@ -337,5 +356,26 @@ pub fn health_text(health: &Health) -> String {
         Health::Healthy => "healthy".into(),
         Health::Unhealthy(why) => format!("unhealthy: {why}"),
         Health::Unreachable(why) => format!("unreachable: {why}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unhealthy_answer_is_asked_again_unless_it_names_an_alarm() {
+        let bare = || Health::Unhealthy(r#"HTTP 503: {"health":"false"}"#.into());
+        // A second read decides: healthy again, or unhealthy still.
+        assert_eq!(confirmed(bare(), || Health::Healthy), Health::Healthy);
+        assert_eq!(confirmed(bare(), bare), bare());
+        // An alarm is believed at once; a healthy or unreachable answer is not asked again.
+        let alarm =
+            Health::Unhealthy(r#"HTTP 503: {"health":"false","reason":"ALARM NOSPACE"}"#.into());
+        let never = || -> Health { panic!("asked again") };
+        assert_eq!(confirmed(alarm.clone(), never), alarm);
+        assert_eq!(confirmed(Health::Healthy, never), Health::Healthy);
+        let gone = Health::Unreachable("connection refused".into());
+        assert_eq!(confirmed(gone.clone(), never), gone);
     }
 }
