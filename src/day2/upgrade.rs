@@ -249,7 +249,7 @@ fn upgrade(
 
     let node = Node::from_settings(settings);
     let client = node.client(all_client_urls(&node));
-    let view = surveyed_within_rules(&client, &node, installed, new)?;
+    let view = surveyed_within_rules(&client, &node, installed, new, rules::cluster_before_lock)?;
     record.record.members = versions_of(&view);
 
     // One member at a time; the leader last.
@@ -397,7 +397,7 @@ pub fn take_turn(
                 )
                 .with_source(e)
             })?;
-        let view = surveyed_within_rules(client, node, installed, new)?;
+        let view = surveyed_within_rules(client, node, installed, new, rules::cluster)?;
         if !rules::leader_must_wait(&view, new) {
             // A leader restarting makes the others elect one, and their /health says
             // "no leader" meanwhile: hand leadership on first, as a planned restart should.
@@ -464,7 +464,8 @@ pub fn survey(client: &Client, node: &Node) -> Result<Vec<MemberView>, Failure> 
 /// How long a member that accepts connections but answers late is asked again.
 const LATE_PATIENCE: Duration = Duration::from_secs(30);
 
-/// [`survey`] checked by [`rules::cluster`]: a member that fails the rules only because
+/// [`survey`] checked by `rules` ([`rules::cluster`], or before the lock
+/// [`rules::cluster_before_lock`]): a member that fails the rules only because
 /// it answered late (it accepts connections: a guest starved of CPU while three nodes
 /// survey at once, as maintain sees too) is asked again for up to [`LATE_PATIENCE`]; one
 /// that refuses connections, or any other rule, fails at once, as before.
@@ -473,11 +474,12 @@ fn surveyed_within_rules(
     node: &Node,
     installed: Version,
     new: Version,
+    rules: fn(&[MemberView], Version, Version) -> Result<(), Failure>,
 ) -> Result<Vec<MemberView>, Failure> {
     let started = Instant::now();
     loop {
         let view = survey(client, node)?;
-        let Err(f) = rules::cluster(&view, installed, new) else {
+        let Err(f) = rules(&view, installed, new) else {
             return Ok(view);
         };
         let silent: Vec<&MemberView> = view.iter().filter(|m| m.status.is_none()).collect();

@@ -10,7 +10,7 @@
 //! | one minor at a time, never another major | `upgrade-too-far` | [`versions`] |
 //! | every member at the step's minimum patch ([`MINIMUMS`]) | `upgrade-below-minimum` | [`minimum`] |
 //! | more than two members | `upgrade-two-members` | [`cluster`] |
-//! | every member healthy | `upgrade-unhealthy` | [`cluster`] |
+//! | every member healthy (before the lock: a quorum, the rest may be in their turn) | `upgrade-unhealthy` | [`cluster`], [`cluster_before_lock`] |
 //! | no member on a third release | `upgrade-in-progress` | [`cluster`] |
 
 pub use crate::cluster::lifecycle::survey::MemberView;
@@ -142,6 +142,35 @@ pub fn cluster(members: &[MemberView], installed: Version, new: Version) -> Resu
              third member (or go to one) before upgrading",
         ));
     }
+    answering(members, installed, new)
+}
+
+/// [`cluster`] before the cluster lock is ours: a member that is down or unhealthy is let
+/// through while a quorum of the members is healthy, and the other rules are asked of the
+/// members that answered. Upgrades started on every node at once take turns under the
+/// lock, so the member in its turn may be restarting right now (c4 under TCG: a slow
+/// survey landed in another member's restart and was refused). Under the lock
+/// [`cluster`] asks every rule of every member again, so a member down then still refuses.
+pub fn cluster_before_lock(
+    members: &[MemberView],
+    installed: Version,
+    new: Version,
+) -> Result<(), Failure> {
+    let answered: Vec<MemberView> = members
+        .iter()
+        .filter(|m| m.healthy && m.version.is_some())
+        .cloned()
+        .collect();
+    let quorum = answered.len() * 2 > members.len();
+    if members.len() == 2 || answered.len() == members.len() || !quorum {
+        return cluster(members, installed, new);
+    }
+    answering(&answered, installed, new)
+}
+
+/// The rules past the member count: every one of `members` healthy, on `installed` or
+/// `new`, at the step's minimum patch.
+fn answering(members: &[MemberView], installed: Version, new: Version) -> Result<(), Failure> {
     let sick: Vec<String> = members
         .iter()
         .filter(|m| !m.healthy || m.version.is_none())
@@ -263,6 +292,25 @@ mod tests {
         let f = cluster(&three, old, new).unwrap_err();
         assert_eq!(f.code, ReasonCode::UpgradeUnhealthy);
         assert!(f.message.contains("c (http://c:2379)"), "{f}");
+        // Before the lock, one member down of three may be restarting in its turn: let
+        // through; two down is no quorum, refused; under the lock, refused (above).
+        cluster_before_lock(&three, old, new).unwrap();
+        three[2].version = None;
+        cluster_before_lock(&three, old, new).unwrap();
+        three[1].healthy = false;
+        assert_eq!(
+            cluster_before_lock(&three, old, new).unwrap_err().code,
+            ReasonCode::UpgradeUnhealthy
+        );
+        three[1].healthy = true;
+        // The other rules still hold for the members that answered.
+        three[1].version = Some(v("3.5.30"));
+        assert_eq!(
+            cluster_before_lock(&three, old, new).unwrap_err().code,
+            ReasonCode::UpgradeInProgress
+        );
+        three[1].version = Some(v("3.5.16"));
+        three[2].version = Some(v("3.4.23"));
         three[2].healthy = true;
         three[1].version = Some(v("3.5.30"));
         let f = cluster(&three, old, new).unwrap_err();
