@@ -102,8 +102,11 @@ pub fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers(
         status.trim()
     ));
 
-    // Passed once (h-rotate's run 2); failed twice under a loaded bed (an SSH copy past its
-    // bound, a poll lost to an election): out of CI until it passes on a quiet one.
+    // Leaf rotation, with the certificate crossing tls.warn_days seen through node-exporter.
+    // Passed on a quiet bed (h-rotate's run 2; stop 28's full run: 0 of 234 polls and 120
+    // probes failed); failed three times beside other load (an SSH copy past its bound, a
+    // poll lost to an election, stop 28 beside host tests: 1 poll, 5 probes): out of CI
+    // until it holds beside load too.
     if crate::run_unproven("c3's leaf rotation on every node without a restart") {
         crate::rotation::leaves_from_the_same_ca_replace_the_old_ones_without_a_restart(&c, &pki);
     }
