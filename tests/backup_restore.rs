@@ -19,32 +19,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::SystemTime;
+use support::age::keygen;
 use support::etcd::Cluster;
 use support::store::store;
 
 const BIN: &str = env!("CARGO_BIN_EXE_etcd-setup");
 /// Keys put before the snapshot.
 const KEYS: usize = 20;
-
-/// A new identity file `name` in `dir` made by `age-keygen` (mode 0600), and its recipient.
-fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
-    let path = dir.join(name);
-    let out = Command::new("age-keygen")
-        .arg("-o")
-        .arg(&path)
-        .output()
-        .expect("age-keygen (apt install age)");
-    assert!(out.status.success(), "age-keygen: {out:?}");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let out = Command::new("age-keygen")
-        .arg("-y")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "age-keygen -y: {out:?}");
-    let recipient = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    (path, recipient)
-}
 
 /// The secret key line of an identity file.
 fn secret_of(identity: &Path) -> String {

@@ -1,4 +1,5 @@
 //! Shared test support: the VM bed, the test inputs, etcd on loopback, scratch folders.
+pub mod age;
 pub mod etcd;
 pub mod inputs;
 pub mod net;

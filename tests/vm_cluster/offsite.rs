@@ -9,6 +9,7 @@
 
 use crate::bed::*;
 use crate::support;
+use crate::support::age::keygen;
 use etcd_setup::backup::bucket;
 use etcd_setup::backup::s3::{Client, PendingUpload};
 use etcd_setup::shared::config::{self, BackupSettings};
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 use support::store::store;
 use support::vm::{report, unix_now, Remote, Vm, HOST_SERVICES, STORE_NIC};
@@ -109,28 +110,6 @@ struct Offsite {
     outputs: Vec<String>,
     /// What must never show: the store's keys, the identities, the wrong secret.
     secrets: Vec<String>,
-}
-
-/// A new age identity `name` in `dir` (0600) and its recipient.
-fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
-    let path = dir.join(name);
-    let out = Command::new("age-keygen")
-        .arg("-o")
-        .arg(&path)
-        .output()
-        .expect("age-keygen (apt install age)");
-    assert!(out.status.success(), "age-keygen: {out:?}");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let out = Command::new("age-keygen")
-        .arg("-y")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "age-keygen -y: {out:?}");
-    (
-        path,
-        String::from_utf8(out.stdout).unwrap().trim().to_string(),
-    )
 }
 
 /// The `AGE-SECRET-KEY-…` line of an identity file.
