@@ -35,21 +35,9 @@ struct Node {
 impl Node {
     fn new() -> Node {
         let dir = support::scratch::dir("upload");
-        let identity = dir.path().join("identity");
-        let out = Command::new("age-keygen")
-            .arg("-o")
-            .arg(&identity)
-            .output()
-            .expect("age-keygen (apt install age)");
-        assert!(out.status.success(), "{out:?}");
-        std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let out = Command::new("age-keygen")
-            .arg("-y")
-            .arg(&identity)
-            .output()
-            .unwrap();
+        let (identity, recipient) = support::age::keygen(dir.path(), "identity");
         let recipients = dir.path().join("recipients");
-        std::fs::write(&recipients, &out.stdout).unwrap();
+        std::fs::write(&recipients, format!("{recipient}\n")).unwrap();
         std::fs::set_permissions(&recipients, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::create_dir(dir.path().join("snaps")).unwrap();
         Node { dir, identity }
