@@ -742,34 +742,31 @@ identity_file = "{identity}"
                         agents.push(run);
                     }
                 }
-                Side::Plain => {
-                    let (s, from, to) =
-                        rclone_copy(&bed, &home, &plain, &format!("rclone-plain-{r}"));
+                Side::Plain | Side::Sealed => {
+                    let (file, len, name, list) = if matches!(side, Side::Plain) {
+                        (&plain, plain_len, "plain.db", &mut plain_s)
+                    } else {
+                        (&sealed, sealed_len, "plain.db.age", &mut sealed_s)
+                    };
+                    let prefix = format!(
+                        "rclone-{}-{r}",
+                        if matches!(side, Side::Plain) {
+                            "plain"
+                        } else {
+                            "sealed"
+                        }
+                    );
+                    let (s, from, to) = rclone_copy(&bed, &home, file, &prefix);
                     let reqs = bed.requests(mark, from, to);
-                    let key = format!("rclone-plain-{r}/plain.db");
-                    assert_eq!(object_len(&key), plain_len, "{key}");
+                    let key = format!("{prefix}/{name}");
+                    assert_eq!(object_len(&key), len, "{key}");
                     client.delete(&key).unwrap();
                     println!(
-                        "{round} rclone copy plain.db: {s:.3} s; radosgw: {}",
+                        "{round} rclone copy {name}: {s:.3} s; radosgw: {}",
                         show_classes(&by_class(&reqs))
                     );
                     if counted {
-                        plain_s.push(s);
-                    }
-                }
-                Side::Sealed => {
-                    let (s, from, to) =
-                        rclone_copy(&bed, &home, &sealed, &format!("rclone-sealed-{r}"));
-                    let reqs = bed.requests(mark, from, to);
-                    let key = format!("rclone-sealed-{r}/plain.db.age");
-                    assert_eq!(object_len(&key), sealed_len, "{key}");
-                    client.delete(&key).unwrap();
-                    println!(
-                        "{round} rclone copy plain.db.age: {s:.3} s; radosgw: {}",
-                        show_classes(&by_class(&reqs))
-                    );
-                    if counted {
-                        sealed_s.push(s);
+                        list.push(s);
                     }
                 }
             }
