@@ -294,3 +294,50 @@ fn a_replaced_file_is_read_again_and_a_fifo_is_not_waited_on() {
         "{problem:?}"
     );
 }
+
+#[test]
+fn a_mismatch_mid_rotation_is_read_again_and_only_one_that_holds_is_told() {
+    let pki = Pki::new();
+    let (old_crt, old_key) = good(&pki, "old", "ec");
+    let (new_crt, new_key) = good(&pki, "new", "ec");
+    let (crt, key) = (pki.path("live.crt"), pki.path("live.key"));
+    std::fs::copy(&old_crt, &crt).unwrap();
+    std::fs::copy(&old_key, &key).unwrap();
+    let p = policy(&crt, &key, &pki.path("ca.crt"));
+    let mut inspector = Inspector::new();
+    // A good pair is not read twice.
+    let views = inspector.inspect_settled(&p, SystemTime::now(), || panic!("read again"));
+    assert!(first_problem(&views).is_none(), "{views:?}");
+    // The first of a rotation's two renames: the new certificate beside the old key.
+    let swap = |from: &Path, to: &Path| {
+        let tmp = pki.path("swap.tmp");
+        std::fs::copy(from, &tmp).unwrap();
+        std::fs::rename(&tmp, to).unwrap();
+    };
+    swap(&new_crt, &crt);
+    let between = inspector.inspect(&p, SystemTime::now());
+    let problem = first_problem(&between).expect("a mismatch between the renames");
+    assert_eq!(problem.code, ReasonCode::CertMismatch, "{problem:?}");
+    // The second rename lands during the pause: the pair read again is good.
+    let views = inspector.inspect_settled(&p, SystemTime::now(), || swap(&old_key, &key));
+    assert!(
+        first_problem(&views).is_some(),
+        "the old key is back: still a mismatch"
+    );
+    let views = inspector.inspect_settled(&p, SystemTime::now(), || swap(&new_key, &key));
+    assert!(first_problem(&views).is_none(), "{views:?}");
+    assert_eq!(views[0].key_matches, Some(true), "{views:?}");
+    // A mismatch that holds through the pause is told.
+    swap(&old_key, &key);
+    let mut paused = false;
+    let views = inspector.inspect_settled(&p, SystemTime::now(), || paused = true);
+    assert!(paused);
+    let problem = first_problem(&views).expect("a mismatch that holds");
+    assert_eq!(problem.code, ReasonCode::CertMismatch, "{problem:?}");
+    assert!(
+        problem
+            .message
+            .contains("is not the private key of tls.peer_cert"),
+        "{problem:?}"
+    );
+}

@@ -169,6 +169,26 @@ impl Inspector {
         Inspector::default()
     }
 
+    /// [`Inspector::inspect`], and when it finds a problem, the files read again after
+    /// `pause` (a sleep, in status), whose answer stands. A leaf and its key are replaced
+    /// by two renames (`write_files`, an operator's copy, c3's rotation): a read between
+    /// them sees the new certificate beside the old key, a mismatch that is gone a moment
+    /// later (c3 under load: a poll failed `cert-mismatch` mid-rotation). What still holds
+    /// after the pause is told; a good pair is read once.
+    pub fn inspect_settled(
+        &mut self,
+        policy: &Policy,
+        now: SystemTime,
+        pause: impl FnOnce(),
+    ) -> Vec<CertView> {
+        let views = self.inspect(policy, now);
+        if first_problem(&views).is_none() {
+            return views;
+        }
+        pause();
+        self.inspect(policy, now)
+    }
+
     /// Every certificate of `policy`'s files as at `now`, judged.
     pub fn inspect(&mut self, policy: &Policy, now: SystemTime) -> Vec<CertView> {
         let now = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
