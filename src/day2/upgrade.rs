@@ -466,9 +466,11 @@ const LATE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// [`survey`] checked by `rules` ([`rules::cluster`], or before the lock
 /// [`rules::cluster_before_lock`]): a member that fails the rules only because
-/// it answered late (it accepts connections: a guest starved of CPU while three nodes
-/// survey at once, as maintain sees too) is asked again for up to [`LATE_PATIENCE`]; one
-/// that refuses connections, or any other rule, fails at once, as before.
+/// it answered late (no status, or a health check that ran out of time, while it
+/// accepts connections: a guest starved of CPU while three nodes survey and snapshot at
+/// once, as maintain sees too; c4 under TCG saw both others' health time out) is asked
+/// again for up to [`LATE_PATIENCE`]; one that refuses connections, or any other rule,
+/// fails at once, as before.
 fn surveyed_within_rules(
     client: &Client,
     node: &Node,
@@ -482,9 +484,11 @@ fn surveyed_within_rules(
         let Err(f) = rules(&view, installed, new) else {
             return Ok(view);
         };
-        let silent: Vec<&MemberView> = view.iter().filter(|m| m.status.is_none()).collect();
-        let late =
-            !silent.is_empty() && silent.iter().all(|m| super::maintain::listens(&m.endpoint));
+        let silent: Vec<&MemberView> = view.iter().filter(|m| m.answered_late()).collect();
+        let late = !silent.is_empty()
+            && silent
+                .iter()
+                .all(|m| crate::cluster::health::listens(&m.endpoint));
         if !late || started.elapsed() >= LATE_PATIENCE {
             return Err(f);
         }

@@ -65,6 +65,19 @@ impl MemberView {
     pub fn db_size(&self) -> u64 {
         self.status.as_ref().map_or(0, |s| s.db_size)
     }
+
+    /// Whether it is unhealthy only for want of an answer in time: it gave no status, or
+    /// its health check did not come back (etcdctl's `context deadline exceeded`, which
+    /// it also says of a port nobody listens on; a caller tells the two apart by whether
+    /// the endpoint accepts connections). Not an alarm, "no leader" or a learner that
+    /// answered.
+    pub fn answered_late(&self) -> bool {
+        let timed_out = self
+            .problem
+            .as_deref()
+            .is_some_and(|p| etcd::classify(p) == etcd::ErrorKind::Unreachable);
+        !self.healthy && (self.status.is_none() || timed_out)
+    }
 }
 
 /// What the cluster answered in one round.
@@ -258,5 +271,50 @@ fn member_health(m: &etcd::Member, answer: Option<&Answer>) -> MemberHealth {
                 .join("; "),
         ),
         Err(e) => MemberHealth::Unhealthy(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(status: bool, healthy: bool, problem: Option<&str>) -> MemberView {
+        MemberView {
+            id: Id(1),
+            name: "etcd-1".into(),
+            endpoint: "http://10.0.0.1:2379".into(),
+            status: status.then(|| EndpointStatus {
+                endpoint: "http://10.0.0.1:2379".into(),
+                cluster_id: Id(9),
+                member_id: Id(1),
+                revision: 1,
+                version: "3.5.16".into(),
+                db_size: 1,
+                db_size_in_use: Some(1),
+                leader: Id(1),
+                raft_index: 1,
+                raft_term: 1,
+                raft_applied_index: Some(1),
+                is_learner: false,
+                errors: Vec::new(),
+            }),
+            version: None,
+            healthy,
+            is_leader: false,
+            is_self: false,
+            problem: problem.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn late_is_no_status_or_a_health_check_out_of_time_and_nothing_else() {
+        assert!(view(false, false, Some("connection refused")).answered_late());
+        assert!(view(false, false, None).answered_late());
+        // c4 under TCG: a status, but the linearizable read behind /health ran out of time.
+        assert!(view(true, false, Some("context deadline exceeded")).answered_late());
+        assert!(!view(true, true, None).answered_late());
+        assert!(!view(true, false, Some("a learner")).answered_late());
+        assert!(!view(true, false, Some("NOSPACE")).answered_late());
+        assert!(!view(true, false, None).answered_late());
     }
 }
