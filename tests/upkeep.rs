@@ -162,9 +162,7 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
     let out = snapshot(&cfg, &state);
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     let file = record(&state)["last"]["file"].as_str().unwrap().to_string();
-    // While etcd still serves, its data dir is not replaced.
-    std::fs::create_dir_all(dir.path().join("data")).unwrap();
-    let out = run(&[
+    let restore_args = [
         "restore",
         &file,
         "--config",
@@ -172,18 +170,39 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
         "--no-systemd",
         "--run-dir",
         state.to_str().unwrap(),
-    ]);
+    ];
+    // While the other members run, nothing is touched: their leader would crash the
+    // restored one-member cluster of the same ID. Both are named.
+    std::fs::create_dir_all(dir.path().join("data/member")).unwrap();
+    std::fs::write(dir.path().join("data/member/old-marker"), "old").unwrap();
+    let out = run(&restore_args);
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{se}");
+    assert!(
+        se.starts_with("restore-failed: etcd runs on other members of this cluster: "),
+        "{se}"
+    );
+    for i in 1..3 {
+        let m = format!("{} ({})", c.members[i].name, c.peer_url(i));
+        assert!(se.contains(&m), "{m}: {se}");
+    }
+    assert!(!se.contains(&format!("{} (", c.members[0].name)), "{se}");
+    assert!(dir.path().join("data/member/old-marker").exists());
+    // The others stopped: while this member's etcd still serves, its data dir is not
+    // replaced either.
+    for i in 1..3 {
+        c.kill(i);
+    }
+    let out = run(&restore_args);
     let (_, se) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{se}");
     assert!(
         se.starts_with("restore-failed: etcd still serves at "),
         "{se}"
     );
-    std::fs::remove_dir(dir.path().join("data")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("data")).unwrap();
     // The cluster is lost.
-    for i in 0..3 {
-        c.kill(i);
-    }
+    c.kill(0);
     let data = dir.path().join("data");
     std::fs::create_dir_all(data.join("member")).unwrap();
     std::fs::write(data.join("member/old-marker"), "old").unwrap();

@@ -2,10 +2,25 @@
 //! metrics listener (`--listen-metrics-urls`), which answers without client TLS even when
 //! clients need it. That listener serves only `/metrics` and `/health`; the version is the
 //! `etcd_server_version{server_version="3.5.1"} 1` line of `/metrics` (etcd 3.4 and 3.5).
+//! And [`listens`]: whether a member's URL accepts connections at all (late, or down).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
+
+/// Whether something accepts TCP connections at URL `url` (`scheme://host:port`):
+/// an etcd that runs but answers late does (the kernel accepts for a stalled process), a
+/// stopped one does not.
+pub fn listens(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let hostport = rest.split('/').next().unwrap_or_default();
+    let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(hostport) else {
+        return false;
+    };
+    addrs
+        .into_iter()
+        .any(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok())
+}
 
 /// What etcd's `/health` said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,14 +29,26 @@ pub enum Health {
     Healthy,
     /// It answered, but not healthy (no leader yet, alarms, ...): the body, shortened.
     Unhealthy(String),
-    /// Nothing answered: connection refused, timed out, or not HTTP.
+    /// Nothing answered: connection refused, or not HTTP.
     Unreachable(String),
+    /// It took the connection (the kernel accepts for a busy process) and said nothing
+    /// within the bound: a member too slow at that moment to say how it is, which a
+    /// stopped or crashed one never is (it refuses).
+    Silent(String),
 }
 
 /// Asks `GET /health` at `addr`, bounded by `timeout` for connect, write and read.
 pub fn check(addr: SocketAddr, timeout: Duration) -> Health {
+    let silent = || {
+        Health::Silent(format!(
+            "{addr}: no answer within {} s",
+            timeout.as_secs_f64()
+        ))
+    };
     let mut stream = match TcpStream::connect_timeout(&addr, timeout) {
         Ok(s) => s,
+        // A connect that times out on loopback is a full accept queue: a busy listener.
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => return silent(),
         Err(e) => return Health::Unreachable(format!("{addr}: {e}")),
     };
     let _ = stream.set_read_timeout(Some(timeout));
@@ -33,7 +60,11 @@ pub fn check(addr: SocketAddr, timeout: Duration) -> Health {
     let mut reply = Vec::new();
     // A health reply is tiny; never read more than 16 KiB from anyone.
     if let Err(e) = stream.take(16 * 1024).read_to_end(&mut reply) {
-        return Health::Unreachable(format!("{addr}: {e}"));
+        // A read timeout shows as EAGAIN ("Resource temporarily unavailable").
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => silent(),
+            _ => Health::Unreachable(format!("{addr}: {e}")),
+        };
     }
     parse(&String::from_utf8_lossy(&reply))
 }

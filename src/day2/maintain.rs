@@ -118,20 +118,6 @@ fn one_round(node: &Node) -> Result<Vec<MemberView>, (Failure, Option<String>)> 
     Ok(out)
 }
 
-/// Whether something accepts TCP connections at client URL `url` (`scheme://host:port`):
-/// an etcd that runs but answers late does (the kernel accepts for a stalled process), a
-/// stopped one does not.
-pub(crate) fn listens(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let hostport = rest.split('/').next().unwrap_or_default();
-    let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(hostport) else {
-        return false;
-    };
-    addrs
-        .into_iter()
-        .any(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok())
-}
-
 /// [`members`] under the cluster lock, where the survey decides: a member that is late
 /// (it accepts connections but its answer did not come within etcdctl's bounds: a guest
 /// starved of CPU while three nodes' maintenances survey at once, a member still busy
@@ -144,7 +130,9 @@ fn members_answering(node: &Node, patience: Duration) -> Result<Vec<MemberView>,
     loop {
         match one_round(node) {
             Ok(v) => return Ok(v),
-            Err((f, Some(url))) if started.elapsed() < patience && listens(&url) => {
+            Err((f, Some(url)))
+                if started.elapsed() < patience && crate::cluster::health::listens(&url) =>
+            {
                 crate::shared::output::print(&format!(
                     "{}\n",
                     crate::shared::printable::line(&format!(

@@ -13,7 +13,10 @@
 //!    one pass, a trailer that is there is always checked), then `snapshot status`
 //!    (revision, keys), then which cluster it is of ([`identity`]): another cluster's is
 //!    warned about, and refused as `cluster-mismatch` with `--cluster-check`.
-//! 2. etcd is stopped ([`Service::stop`]: systemd on a node; with `--no-systemd` the
+//! 2. No other member of the configured cluster may run ([`serving_peers`]): the restored
+//!    one-member cluster keeps the cluster ID and member IDs, and a leader among them
+//!    would send it heartbeats for a log it does not have, which etcd panics on. Then
+//!    etcd is stopped ([`Service::stop`]: systemd on a node; with `--no-systemd` the
 //!    caller has stopped it, and the client port must not answer any more).
 //! 3. `snapshot restore` into a private staging folder on the data dir's own filesystem
 //!    ([`swap`]: beside it, or inside it when it is a mount point; a symlinked data dir is
@@ -146,8 +149,10 @@ pub fn restore(
              what it cannot show to be of it)"
         )),
     }
-    // Refusals (a link, a folder others may write in) before etcd is stopped.
+    // Refusals (a link, a folder others may write in, members still running) before
+    // etcd is stopped.
     let place = swap::Place::of(&s.data_dir)?;
+    refuse_while_peers_run(s)?;
 
     etcd.stop()?;
     let client = member.client_addr;
@@ -210,6 +215,39 @@ pub fn restore(
     })
 }
 
+/// Refused, naming them, while [`serving_peers`] finds any: checked by `restore` itself
+/// and, with `--from-backup`, before the backup is fetched (minutes for a large one).
+fn refuse_while_peers_run(s: &Settings) -> Result<(), Failure> {
+    let running = serving_peers(s);
+    if running.is_empty() {
+        return Ok(());
+    }
+    Err(failed(format!(
+        "etcd runs on other members of this cluster: {} (their peer URLs accept \
+         connections); the restore would make {} a one-member cluster with the same \
+         cluster ID, and their leader would crash it (raft: tocommit out of range). \
+         Nothing was changed: stop etcd on each of them first (`systemctl stop etcd`), \
+         restore here, then let each join (move its data dir aside, `systemctl start \
+         etcd-setup`)",
+        running.join(", "),
+        s.node_name
+    )))
+}
+
+/// The other members of the configured `initial_cluster` whose peer URL accepts TCP
+/// connections (their etcd runs), as `name (url)`. c1's total-loss recovery on VMs showed
+/// why: the fresh VMs had formed an empty cluster of the same ID, its two other members
+/// kept a quorum, and the restored member panicked on their leader's first heartbeat
+/// ("tocommit(N) is out of range [lastIndex(M)]").
+fn serving_peers(s: &Settings) -> Vec<String> {
+    s.initial_cluster
+        .iter()
+        .filter(|(name, _)| *name != s.node_name)
+        .filter(|(_, url)| crate::cluster::health::listens(url))
+        .map(|(name, url)| format!("{name} ({url})"))
+        .collect()
+}
+
 /// `etcd-setup restore`: the exit code.
 pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
     // clap makes FILE and --from-backup exclusive and one of them required.
@@ -239,7 +277,10 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
             // A backup is fetched and proven (a trial restore) before etcd is touched; its
             // scratch copy goes when `proven` drops, whatever the restore did.
             let proven = match &args.from_backup {
-                Some(which) => Some(from_backup(f, args, which)?),
+                Some(which) => {
+                    refuse_while_peers_run(s)?;
+                    Some(from_backup(f, args, which)?)
+                }
                 None => None,
             };
             let (file, shown) = match (&proven, &args.file) {

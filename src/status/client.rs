@@ -21,7 +21,7 @@ use std::time::Duration;
 /// The largest reply the client reads.
 const MAX_REPLY: u64 = 1 << 20;
 /// How long the client waits for a reply beyond the request's own `--wait`.
-const SLACK: Duration = Duration::from_secs(10);
+const SLACK: Duration = Duration::from_secs(20);
 
 /// `etcd-setup status`: one request to the socket, the answer printed, its exit code.
 pub fn command(args: &StatusArgs) -> u8 {

@@ -135,17 +135,43 @@ pub(super) struct VersionSeen {
     pub(super) retry_at: Option<Instant>,
 }
 
-/// `first`, etcd's `/health`, or when it says unhealthy without naming an alarm, what
-/// `again` reads: etcd answers `{"health":"false"}` when one linearizable read took over a
-/// second (3.4) or its quorum read timed out (3.5), which a loaded moment causes on a
-/// healthy member (c4 under TCG: a 3.4 member beside three surveys at once, healthy again
-/// at the next poll). Unhealthy is what two reads half a second apart say; an alarm
-/// (`ALARM NOSPACE`, `ALARM CORRUPT`) is believed at once.
-fn confirmed(first: Health, again: impl FnOnce() -> Health) -> Health {
-    match &first {
-        Health::Unhealthy(body) if !body.contains("ALARM") => again(),
-        _ => first,
+/// `first`, etcd's `/health`, or when it is not decisive, what `again` reads after each
+/// pause it is given. etcd answers `{"health":"false"}` when one linearizable read took
+/// over a second (3.4) or its quorum read timed out (3.5), and a loaded moment makes it
+/// answer nothing within [`SystemLive::HEALTH_DEADLINE`]: both happen to a healthy member.
+/// c4 under TCG, three upgrades surveying a 3.4 cluster at once: every member said false
+/// twice half a second apart, and was healthy at the next poll. c4 beside the other stream
+/// of tests/run: a member just confirmed healthy said false three times over two seconds.
+/// CI at 1166ed4: members of c1 and c4 that were healthy at the next poll said nothing for
+/// 3 s, and one silence was believed at once.
+///
+/// So an answer without an alarm, or a silence, is asked again: after the pauses of
+/// [`SystemLive::HEALTH_RECHECKS`] when it came fast, at once after a silence (which has
+/// waited its deadline already), until [`SystemLive::HEALTH_PATIENCE`] is spent: four fast
+/// reads over five seconds, or three silences over nine. The first answer that is healthy,
+/// refused (a stopped or crashed etcd: at once) or names an alarm (`ALARM NOSPACE`,
+/// `ALARM CORRUPT`) is believed at once.
+fn confirmed(first: Health, mut again: impl FnMut(Duration) -> Health) -> Health {
+    let cost = |h: &Health| match h {
+        Health::Silent(_) => SystemLive::HEALTH_DEADLINE,
+        _ => Duration::ZERO,
+    };
+    let mut spent = cost(&first);
+    let mut now = first;
+    for pause in SystemLive::HEALTH_RECHECKS {
+        let pause = match &now {
+            Health::Unhealthy(body) if !body.contains("ALARM") => pause,
+            Health::Silent(_) => Duration::ZERO,
+            _ => break,
+        };
+        if spent + pause >= SystemLive::HEALTH_PATIENCE {
+            break;
+        }
+        spent += pause;
+        now = again(pause);
+        spent += cost(&now);
     }
+    now
 }
 
 impl SystemLive {
@@ -155,9 +181,18 @@ impl SystemLive {
     /// loaded node (three emulated guests on two cores, say) etcd took over a second to
     /// answer, and a one-second bound reported a healthy member as failed.
     pub const HEALTH_DEADLINE: Duration = Duration::from_secs(3);
-    /// How long after an unhealthy `/health` that names no alarm it is asked once more
-    /// ([`confirmed`]).
-    pub const HEALTH_RECHECK: Duration = Duration::from_millis(500);
+    /// The pauses after an unhealthy `/health` that names no alarm, before it is asked
+    /// again ([`confirmed`]): five seconds in all, so a poll of a really unhealthy member
+    /// answers that much later (a stopped or crashed one answers at once: unreachable).
+    pub const HEALTH_RECHECKS: [Duration; 3] = [
+        Duration::from_millis(500),
+        Duration::from_millis(1500),
+        Duration::from_millis(3000),
+    ];
+    /// The most a poll spends judging `/health` ([`confirmed`]): pauses and silences, the
+    /// fast answers' own time not counted. Under the client's patience
+    /// (`status::client`'s slack) with the version, space and role reads after it.
+    pub const HEALTH_PATIENCE: Duration = Duration::from_secs(9);
     /// The longest read of `/metrics` for the version.
     pub const VERSION_DEADLINE: Duration = Duration::from_secs(2);
     /// How long a failed version read stands before the same process is asked again.
@@ -237,10 +272,13 @@ impl SystemLive {
         };
         let (health, version) = if unit.is_active() {
             (
-                confirmed(health::check(self.metrics, Self::HEALTH_DEADLINE), || {
-                    std::thread::sleep(Self::HEALTH_RECHECK);
-                    health::check(self.metrics, Self::HEALTH_DEADLINE)
-                }),
+                confirmed(
+                    health::check(self.metrics, Self::HEALTH_DEADLINE),
+                    |pause| {
+                        std::thread::sleep(pause);
+                        health::check(self.metrics, Self::HEALTH_DEADLINE)
+                    },
+                ),
                 self.live_version(&unit),
             )
         } else {
@@ -356,6 +394,7 @@ pub fn health_text(health: &Health) -> String {
         Health::Healthy => "healthy".into(),
         Health::Unhealthy(why) => format!("unhealthy: {why}"),
         Health::Unreachable(why) => format!("unreachable: {why}"),
+        Health::Silent(why) => format!("unreachable: {why}"),
     }
 }
 
@@ -366,16 +405,93 @@ mod tests {
     #[test]
     fn an_unhealthy_answer_is_asked_again_unless_it_names_an_alarm() {
         let bare = || Health::Unhealthy(r#"HTTP 503: {"health":"false"}"#.into());
-        // A second read decides: healthy again, or unhealthy still.
-        assert_eq!(confirmed(bare(), || Health::Healthy), Health::Healthy);
-        assert_eq!(confirmed(bare(), bare), bare());
-        // An alarm is believed at once; a healthy or unreachable answer is not asked again.
+        // Reads after the pauses, in order; each call takes the next.
+        let reads = |answers: Vec<Health>| {
+            let mut answers = answers.into_iter();
+            move |_: Duration| answers.next().expect("asked more often than answered")
+        };
+        // A later read decides: healthy again after one, two or three more, or unhealthy
+        // still after four in all.
+        assert_eq!(
+            confirmed(bare(), reads(vec![Health::Healthy])),
+            Health::Healthy
+        );
+        assert_eq!(
+            confirmed(bare(), reads(vec![bare(), Health::Healthy])),
+            Health::Healthy
+        );
+        assert_eq!(
+            confirmed(bare(), reads(vec![bare(), bare(), Health::Healthy])),
+            Health::Healthy
+        );
+        assert_eq!(
+            confirmed(bare(), reads(vec![bare(), bare(), bare()])),
+            bare()
+        );
+        // The pauses are the constant's, five seconds in all.
+        let mut seen = Vec::new();
+        confirmed(bare(), |p| {
+            seen.push(p);
+            bare()
+        });
+        assert_eq!(seen, SystemLive::HEALTH_RECHECKS);
+        assert_eq!(seen.iter().sum::<Duration>(), Duration::from_secs(5));
+        // An alarm is believed at once, also on a re-read; a healthy or unreachable answer
+        // is not asked again.
         let alarm =
             Health::Unhealthy(r#"HTTP 503: {"health":"false","reason":"ALARM NOSPACE"}"#.into());
-        let never = || -> Health { panic!("asked again") };
+        let never = |_: Duration| -> Health { panic!("asked again") };
         assert_eq!(confirmed(alarm.clone(), never), alarm);
+        assert_eq!(confirmed(bare(), reads(vec![alarm.clone()])), alarm);
         assert_eq!(confirmed(Health::Healthy, never), Health::Healthy);
         let gone = Health::Unreachable("connection refused".into());
         assert_eq!(confirmed(gone.clone(), never), gone);
+    }
+
+    #[test]
+    fn a_silence_is_asked_again_at_once_within_the_patience() {
+        let silent = || Health::Silent("127.0.0.1:2381: no answer within 3 s".into());
+        let bare = || Health::Unhealthy(r#"HTTP 503: {"health":"false"}"#.into());
+        // A silent member that answers healthy on the next read is healthy.
+        let mut once = Some(Health::Healthy);
+        assert_eq!(
+            confirmed(silent(), |_| once.take().expect("asked twice")),
+            Health::Healthy
+        );
+        // Silences are asked again without a pause: three reads of 3 s fill the nine.
+        let mut seen = Vec::new();
+        assert_eq!(
+            confirmed(silent(), |p| {
+                seen.push(p);
+                silent()
+            }),
+            silent()
+        );
+        assert_eq!(seen, [Duration::ZERO, Duration::ZERO]);
+        let spent = 3 * SystemLive::HEALTH_DEADLINE + seen.iter().sum::<Duration>();
+        assert!(spent <= SystemLive::HEALTH_PATIENCE, "{spent:?}");
+        // A fast false after a silence is paused for, as long as the patience lasts.
+        let mut answers = vec![bare(), Health::Healthy].into_iter();
+        let mut seen = Vec::new();
+        let last = confirmed(silent(), |p| {
+            seen.push(p);
+            answers.next().expect("asked more often than answered")
+        });
+        assert_eq!(seen, [Duration::ZERO, SystemLive::HEALTH_RECHECKS[1]]);
+        assert_eq!(last, Health::Healthy);
+        // Two silences and a false: the next pause would pass the patience; false stands.
+        let mut answers = vec![silent(), bare(), Health::Healthy].into_iter();
+        let mut seen = Vec::new();
+        let last = confirmed(silent(), |p| {
+            seen.push(p);
+            answers.next().expect("asked more often than answered")
+        });
+        assert_eq!(seen, [Duration::ZERO, Duration::ZERO]);
+        assert_eq!(last, bare(), "the patience ends before a fourth read");
+        // The text says unreachable, with the bound.
+        assert_eq!(
+            health_text(&silent()),
+            "unreachable: 127.0.0.1:2381: no answer within 3 s"
+        );
     }
 }

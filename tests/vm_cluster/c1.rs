@@ -43,7 +43,11 @@ fn status_against_is_active(node: &Node) -> (f64, f64) {
 pub fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     // Issue 21's scenario at the end needs the store on the host, reached by every node
     // through a NIC of its own given at boot: both only when it runs.
-    let offsite = crate::run_unproven("c1's off-node backups and total-loss recovery");
+    // ETCD_SETUP_VM_C1=offsite: the cluster formed, then that scenario alone, c1's others
+    // left out (they take ten minutes under TCG before it starts).
+    let only_offsite = std::env::var("ETCD_SETUP_VM_C1").as_deref() == Ok("offsite");
+    let offsite =
+        only_offsite || crate::run_unproven("c1", "c1's off-node backups and total-loss recovery");
     let forwards = if offsite {
         crate::offsite::forwards()
     } else {
@@ -56,6 +60,11 @@ pub fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     c.insert_all_and_await_running("k8s-etcd-3.5.1.iso");
     for n in &c.nodes {
         n.assert_no_step_back();
+    }
+    if only_offsite {
+        report("cluster c1: ETCD_SETUP_VM_C1=offsite: c1's other scenarios left out");
+        crate::offsite::off_node_backups_and_total_loss(&mut c);
+        return;
     }
     // The first member to start waits for a peer before etcd is ready.
     let first = &c.nodes[0];
