@@ -1298,11 +1298,27 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
 
     // kill -9 at every boundary, each followed by a new run that converges.
     for (point, when) in KILL_POINTS {
-        reset_node(&vm);
-        if point == "waiting" {
-            vm.eject_cdrom();
-        }
-        let said = start_and_kill_at(&vm, when);
+        // The install point races the run's three renames, microseconds apart: on a
+        // loaded host the guest's watcher, descheduled between seeing etcdctl and the
+        // kill, let the run reach its `installed` step (local CI-like run at e418c76).
+        // Such a kill is reported and the point tried again, up to three times in all.
+        let mut tries = 0;
+        let said = loop {
+            reset_node(&vm);
+            if point == "waiting" {
+                vm.eject_cdrom();
+            }
+            let said = start_and_kill_at(&vm, when);
+            tries += 1;
+            let last = said.lines().last().unwrap_or_default().to_string();
+            let late = point == "installing" && !last.starts_with("step: archive-pass-done ");
+            if !late || tries == 3 {
+                break said;
+            }
+            report(&format!(
+                "run scenario j: kill -9 at {point}, attempt {tries}, landed after it ({last}): again"
+            ));
+        };
         let exit = vm.ssh_ok("systemctl show -p ExecMainStatus --value etcd-setup");
         assert_eq!(
             exit.trim(),
