@@ -540,6 +540,33 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// How many members `etcdctl endpoint health --cluster` through node `i` calls
+    /// healthy, asked again every 5 s for up to 60 s until `want` are, and its last
+    /// output. Its probe is a quorum read bounded by `--command-timeout`; under a loaded
+    /// bed it timed out on members whose status said running (c4, local CI-like run at
+    /// ccdf0c4: 0 of 2), and a member stays unhealthy to it only when it is.
+    pub fn healthy_members(&self, i: usize, want: usize) -> (usize, String) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut tries = 0;
+        loop {
+            let health = self.etcdctl(i, "endpoint health --cluster");
+            let healthy = health.matches("is healthy").count();
+            tries += 1;
+            if healthy >= want || Instant::now() >= deadline {
+                if tries > 1 {
+                    report(&format!(
+                        "cluster {}: endpoint health --cluster: {healthy} healthy after {tries} asks",
+                        self.tag
+                    ));
+                }
+                return (healthy, health);
+            }
+            std::thread::sleep(Duration::from_secs(5));
+        }
+    }
+}
+
 impl Drop for Cluster {
     /// Stops the pollers and prints every node's timeline, also when the test failed.
     fn drop(&mut self) {

@@ -98,8 +98,8 @@ pub fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
             "member not started: {m}"
         );
     }
-    let health = c.etcdctl(0, "endpoint health --cluster");
-    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+    let (healthy, health) = c.healthy_members(0, 3);
+    assert_eq!(healthy, 3, "{health}");
     report("cluster c1: etcdctl member list: 3 started; endpoint health --cluster: 3 healthy");
 
     // The user-data the node got is the rendered template, verbatim, and cloud-init's
@@ -257,8 +257,8 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
         [c.nodes[0].name.as_str(), c.nodes[1].name.as_str()],
         "{left:?}"
     );
-    let health = c.etcdctl(0, "endpoint health --cluster");
-    assert_eq!(health.matches("is healthy").count(), 2, "{health}");
+    let (healthy, health) = c.healthy_members(0, 2);
+    assert_eq!(healthy, 2, "{health}");
     let left_at = unix_now();
     let s = c.nodes[2].await_sample(left_at, Duration::from_secs(30), Sample::answered);
     assert_eq!((s.verdict.as_str(), s.exit), ("left", 7), "{s:?}");
