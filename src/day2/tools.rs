@@ -34,7 +34,8 @@ pub fn run(program: &Path, args: &[String], deadline: Duration) -> Result<Vec<u8
     cmd.args(args);
     let out = command::run(cmd, deadline, &shown, &[]).map_err(|e| match e.kind {
         ErrorKind::Timeout => format!(
-            "{shown} did not finish within {} s and was killed",
+            "{shown} {} {} s and was killed",
+            command::NOT_IN_TIME,
             deadline.as_secs()
         ),
         _ => e.line,

@@ -33,6 +33,10 @@ pub struct Output {
     pub stderr: Vec<u8>,
 }
 
+/// What the error of an etcd tool killed at its deadline says (the time follows): a
+/// member that answered too late for it, as etcdctl's own `context deadline exceeded`.
+pub const NOT_IN_TIME: &str = "did not finish within";
+
 /// A `Command` for `program` with a clean environment (no inherited `ETCDCTL_*` setting
 /// can change what we asked for), no stdin, piped output, and death with the spawning
 /// thread (`signal` is sent to it then).
@@ -136,7 +140,7 @@ pub fn run(
             what,
             endpoints,
             format!(
-                "{program} did not finish within {} s and was killed{tail}",
+                "{program} {NOT_IN_TIME} {} s and was killed{tail}",
                 deadline.as_secs_f32()
             ),
         ));

@@ -69,13 +69,14 @@ impl MemberView {
     /// Whether it is unhealthy only for want of an answer in time: it gave no status, or
     /// its health check did not come back (etcdctl's `context deadline exceeded`, which
     /// it also says of a port nobody listens on; a caller tells the two apart by whether
-    /// the endpoint accepts connections). Not an alarm, "no leader" or a learner that
-    /// answered.
+    /// the endpoint accepts connections), or etcdctl itself was killed at our deadline
+    /// (c4, three upgrades surveying at once in one-vCPU guests: every member's health
+    /// check killed after 17 s). Not an alarm, "no leader" or a learner that answered.
     pub fn answered_late(&self) -> bool {
-        let timed_out = self
-            .problem
-            .as_deref()
-            .is_some_and(|p| etcd::classify(p) == etcd::ErrorKind::Unreachable);
+        let timed_out = self.problem.as_deref().is_some_and(|p| {
+            etcd::classify(p) == etcd::ErrorKind::Unreachable
+                || p.contains(etcd::command::NOT_IN_TIME)
+        });
         !self.healthy && (self.status.is_none() || timed_out)
     }
 }
@@ -312,6 +313,9 @@ mod tests {
         assert!(view(false, false, None).answered_late());
         // c4 under TCG: a status, but the linearizable read behind /health ran out of time.
         assert!(view(true, false, Some("context deadline exceeded")).answered_late());
+        let killed = "etcd endpoint health on http://10.88.0.12:2379: /opt/bin/etcdctl did not \
+                      finish within 17 s and was killed";
+        assert!(view(true, false, Some(killed)).answered_late());
         assert!(!view(true, true, None).answered_late());
         assert!(!view(true, false, Some("a learner")).answered_late());
         assert!(!view(true, false, Some("NOSPACE")).answered_late());
