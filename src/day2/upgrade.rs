@@ -461,8 +461,11 @@ pub fn survey(client: &Client, node: &Node) -> Result<Vec<MemberView>, Failure> 
     Ok(seen.view(node))
 }
 
-/// How long a member that accepts connections but answers late is asked again.
-const LATE_PATIENCE: Duration = Duration::from_secs(30);
+/// How long a member that accepts connections but answers late is asked again, counted
+/// from the end of the first survey that found it late (a survey can itself take 17 s
+/// and more: CI's c4 saw the first one pass 30 s, and the refusal came with no second
+/// ask).
+const LATE_PATIENCE: Duration = Duration::from_secs(60);
 
 /// [`survey`] checked by `rules` ([`rules::cluster`], or before the lock
 /// [`rules::cluster_before_lock`]): a member that fails the rules only because
@@ -478,7 +481,7 @@ fn surveyed_within_rules(
     new: Version,
     rules: fn(&[MemberView], Version, Version) -> Result<(), Failure>,
 ) -> Result<Vec<MemberView>, Failure> {
-    let started = Instant::now();
+    let mut late_since: Option<Instant> = None;
     loop {
         let view = survey(client, node)?;
         let Err(f) = rules(&view, installed, new) else {
@@ -489,6 +492,7 @@ fn surveyed_within_rules(
             && silent
                 .iter()
                 .all(|m| crate::cluster::health::listens(&m.endpoint));
+        let started = *late_since.get_or_insert_with(Instant::now);
         if !late || started.elapsed() >= LATE_PATIENCE {
             return Err(f);
         }
