@@ -282,11 +282,7 @@ fn a_iso_at_boot_installs_etcd_and_g_a_reboot_keeps_it() {
     node_exporter_serves_the_agents_view(&vm);
 
     // The packaged files pass the tools that own their formats.
-    let schema = root(
-        &vm,
-        "cloud-init schema --config-file /var/lib/cloud/instance/user-data.txt 2>&1",
-    );
-    assert!(schema.contains("Valid cloud-config"), "{schema}");
+    vm.cloud_init_schema();
     let verify = root(
         &vm,
         "systemd-analyze verify etcd-setup.service etcd.service 2>&1; echo rc=$?",
