@@ -444,6 +444,52 @@ impl Cluster {
         began
     }
 
+    /// Node `i` made a fresh node again in its own VM, for scenarios about what a first
+    /// run decides (another token, another CA) rather than about the platform recreating
+    /// the VM, which [`Cluster::recreate`] shows (c1's rejoin): a boot under TCG costs
+    /// 100–260 s beside load, in the cluster stream, CI's longest. etcd is stopped and
+    /// disabled, the ISO ejected, and what a recreated VM's first run would not find is
+    /// removed: etcd's binaries, environment and data, every etcd-setup state and failure
+    /// file (the package's folders and the status socket stay, as on a new disk).
+    /// cloud-init's files stay for the caller to change as the new cloud-config would
+    /// write them; then [`Cluster::start_first_run`]. Returns the host time of the reset.
+    pub fn make_fresh_in_place(&mut self, i: usize) -> f64 {
+        let began = unix_now();
+        let vm = self.nodes[i].vm.as_mut().expect("the node has a VM");
+        vm.ssh_ok(
+            "sudo sh -c 'systemctl stop etcd-setup.service etcd.service; \
+             systemctl disable etcd.service 2>/dev/null; \
+             rm -f /etc/etcd-setup/etcd.env /home/cloud/etcd-setup-failed; \
+             find /opt/bin /var/lib/etcd-setup -mindepth 1 -delete; rm -rf /var/lib/etcd; \
+             find /run/etcd-setup -mindepth 1 ! -name status.sock -delete; \
+             systemctl reset-failed etcd-setup.service etcd.service 2>/dev/null; true'",
+        );
+        vm.eject_cdrom();
+        let left = vm.ssh_ok(
+            "sudo sh -c 'systemctl is-active etcd.service; systemctl is-enabled etcd.service; \
+             ls -A /opt/bin /var/lib/etcd-setup; ls -d /var/lib/etcd'; true",
+        );
+        assert_eq!(
+            left.split_whitespace().collect::<Vec<_>>(),
+            ["inactive", "disabled", "/opt/bin:", "/var/lib/etcd-setup:"],
+            "{}: not fresh after the reset:\n{left}",
+            self.nodes[i].name
+        );
+        report(&format!(
+            "cluster {}: {} made a fresh node in place (etcd stopped and disabled, its binaries, data and \
+             etcd-setup's state removed, the ISO ejected)",
+            self.tag, self.nodes[i].name
+        ));
+        began
+    }
+
+    /// Starts etcd-setup.service on node `i`, as its boot does: the run waits for the ISO.
+    pub fn start_first_run(&self, i: usize) {
+        self.nodes[i]
+            .vm()
+            .ssh_ok("sudo systemctl start --no-block etcd-setup.service");
+    }
+
     /// Every node's VM destroyed with its disk, then three new ones booted at once from
     /// fresh overlays of the template with the same names, addresses and cloud-config
     /// (and host services), as the platform recreates a cluster whose VMs are all gone.

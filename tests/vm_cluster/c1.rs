@@ -1,6 +1,7 @@
 //! Cluster c1, as the platform renders it: formed one ISO insert after another, etcdctl's
 //! view, status against systemctl, a crash loop; then a node recreated rejoins, leaves,
-//! a second leave is refused, and a node with another cluster's token is refused. Then
+//! a second leave is refused, and that node, made fresh in place with another cluster's
+//! token, is refused. Then
 //! (with `ETCD_SETUP_VM_UNPROVEN=1`, until it has passed on a VM) off-node backups and a
 //! total loss recovered from the bucket ([`crate::offsite`]).
 
@@ -289,7 +290,18 @@ fn rejoin_leave_and_a_foreign_token(c: &mut Cluster) {
     ));
 
     // A node configured with another cluster's token: refused, etcd off, cluster as it was.
-    let gone = c.recreate(2, "another-cluster");
+    // Made fresh in place with its token changed, as another cloud-config would write
+    // it: the recreation above showed the VM's side; this is the run's decision.
+    let gone = c.make_fresh_in_place(2);
+    let config = c.nodes[2].vm().ssh_ok(
+        "sudo sed -i 's/^cluster_token = \".*\"$/cluster_token = \"another-cluster\"/' /etc/etcd-setup/config.toml \
+         && sudo cat /etc/etcd-setup/config.toml",
+    );
+    assert!(
+        config.contains("cluster_token = \"another-cluster\""),
+        "{config}"
+    );
+    c.start_first_run(2);
     await_node_waiting_for_iso(c, 2, gone);
     let inserted = c.insert(2, "k8s-etcd-3.5.1.iso");
     let node = &c.nodes[2];

@@ -27,8 +27,9 @@ pub fn etcdctl_tls(c: &Cluster, i: usize, args: &str) -> String {
 /// certificates made by the test and delivered by cloud-init's write_files. etcdctl over
 /// TLS lists three started members and the cluster is healthy; `etcd-setup status` says
 /// running/healthy (it asks etcd's plain-http loopback metrics listener, 127.0.0.1:2381,
-/// not the TLS client URL). Then node 3 is recreated with a certificate from another CA
-/// and a 90 s start timeout → etcd-tls-refused within seconds, naming the peer and etcd's own TLS error, etcd not
+/// not the TLS client URL). Then node 3 is made a fresh node again in place
+/// ([`Cluster::make_fresh_in_place`]) with a certificate from another CA and a 90 s start
+/// timeout → etcd-tls-refused within seconds, naming the peer and etcd's own TLS error, etcd not
 /// enabled there, the other two running.
 pub fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers() {
     let t_all = Instant::now();
@@ -114,18 +115,28 @@ pub fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers(
         crate::rotation::the_ca_is_rotated_in_three_phases_with_rotate_ca(&c, &pki);
     }
 
-    // Node 3 recreated with a certificate from another CA and a short start timeout.
+    // Node 3 a fresh node again, with a certificate from another CA and a short start
+    // timeout: made fresh in place, its files changed as a new cloud-config would write
+    // them (a recreated VM's boot adds nothing to what the run decides; c1 shows one).
     let foreign = Pki::new("another-ca");
     let (name, ip) = (c.nodes[2].name.clone(), c.nodes[2].ip.clone());
     let cert = foreign.issue(&name, &ip);
-    let token = c.token.clone();
-    let gone = c.recreate_with(2, &token, |spec| {
-        with_tls(spec, &cert);
-        spec.user_data = spec
-            .user_data
-            .replace("start_timeout = \"15min\"", "start_timeout = \"90s\"");
-        assert!(spec.user_data.contains("start_timeout = \"90s\""));
-    });
+    let gone = c.make_fresh_in_place(2);
+    crate::rotation::replace_files(
+        &c,
+        2,
+        &[
+            ("ca.crt", "0644", &cert.ca),
+            ("node.crt", "0644", &cert.cert),
+            ("node.key", "0640", &cert.key),
+        ],
+    );
+    let config = c.nodes[2].vm().ssh_ok(
+        "sudo sed -i 's/^start_timeout = \"15min\"$/start_timeout = \"90s\"/' /etc/etcd-setup/config.toml \
+         && sudo cat /etc/etcd-setup/config.toml",
+    );
+    assert!(config.contains("start_timeout = \"90s\""), "{config}");
+    c.start_first_run(2);
     await_node_waiting_for_iso(&c, 2, gone);
     let bad = c.insert(2, "k8s-etcd-3.5.1.iso");
     let node = &c.nodes[2];

@@ -9,8 +9,9 @@
 //! `status` against `systemctl is-active etcd` in the guest; etcd made to crash
 //! repeatedly on one node. Then day 2 on the same cluster: that node's VM is destroyed and
 //! recreated from a fresh overlay with the same cloud-config and rejoins by itself, leaves
-//! again, a second leave is refused by the quorum guard, and a node configured with
-//! another cluster token is refused. A TLS cluster refuses a node with a foreign CA. A
+//! again, a second leave is refused by the quorum guard, and that node, made fresh again
+//! in place and configured with another cluster token, is refused. A TLS cluster refuses a
+//! node made fresh in place with a foreign CA. A
 //! third cluster has one node whose ISO lacks etcd (then mended), is upgraded from 3.4 to
 //! 3.5, and goes through NOSPACE, maintenance and a restore (issue 12).
 //!

@@ -178,7 +178,7 @@ fn status_cert(c: &Cluster, i: usize, key: &str) -> Value {
 /// Installs `files` ((name in PKI_DIR, mode, PEM)) on node `i` as an operator's `install`
 /// or cloud-init's write_files would: each written to a temporary file in the same folder,
 /// then renamed over the old one, the key first.
-fn replace_files(c: &Cluster, i: usize, files: &[(&str, &str, &str)]) {
+pub fn replace_files(c: &Cluster, i: usize, files: &[(&str, &str, &str)]) {
     let vm = c.nodes[i].vm();
     let staged = tempfile::tempdir().expect("tempdir");
     let mut script = String::from("set -e; umask 077; ");
