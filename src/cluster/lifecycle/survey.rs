@@ -49,6 +49,8 @@ pub struct MemberView {
     pub is_self: bool,
     /// What was wrong when it is not healthy (etcd's or etcdctl's line).
     pub problem: Option<String>,
+    /// Whether its status or health check ran out of time ([`Answer::ran_out_of_time`]).
+    pub out_of_time: bool,
 }
 
 impl MemberView {
@@ -67,17 +69,39 @@ impl MemberView {
     }
 
     /// Whether it is unhealthy only for want of an answer in time: it gave no status, or
-    /// its health check did not come back (etcdctl's `context deadline exceeded`, which
-    /// it also says of a port nobody listens on; a caller tells the two apart by whether
-    /// the endpoint accepts connections), or etcdctl itself was killed at our deadline
-    /// (c4, three upgrades surveying at once in one-vCPU guests: every member's health
-    /// check killed after 17 s). Not an alarm, "no leader" or a learner that answered.
+    /// its status or health check ran out of time ([`Answer::ran_out_of_time`]). Not an
+    /// alarm, "no leader" or a learner that answered.
     pub fn answered_late(&self) -> bool {
-        let timed_out = self.problem.as_deref().is_some_and(|p| {
-            etcd::classify(p) == etcd::ErrorKind::Unreachable
-                || p.contains(etcd::command::NOT_IN_TIME)
-        });
-        !self.healthy && (self.status.is_none() || timed_out)
+        !self.healthy && (self.status.is_none() || self.out_of_time)
+    }
+}
+
+impl Answer {
+    /// Whether its status or health check ran out of time, told by the error's kind, not
+    /// its words: etcdctl killed at our deadline ([`etcd::ErrorKind::Timeout`]; c4, three
+    /// upgrades surveying at once in one-vCPU guests: every member's health check killed
+    /// after 17 s), or no endpoint answered in time ([`etcd::ErrorKind::Unreachable`]:
+    /// etcdctl's `context deadline exceeded`, in its exit or in the health entry, which it
+    /// also says of a port nobody listens on; a caller tells the two apart by whether the
+    /// endpoint accepts connections).
+    pub fn ran_out_of_time(&self) -> bool {
+        let late = |e: &EtcdError| {
+            matches!(
+                e.kind,
+                etcd::ErrorKind::Timeout | etcd::ErrorKind::Unreachable
+            )
+        };
+        let late_entry = |h: &EndpointHealth| {
+            h.error
+                .as_deref()
+                .is_some_and(|e| etcd::classify(e) == etcd::ErrorKind::Unreachable)
+        };
+        self.status.as_ref().err().is_some_and(late)
+            || match &self.health {
+                Some(Ok(h)) => h.iter().any(late_entry),
+                Some(Err(e)) => late(e),
+                None => false,
+            }
     }
 }
 
@@ -162,6 +186,7 @@ impl Survey {
                     healthy,
                     is_self: m.id == own_id || m.peer_urls.iter().any(|u| node.is_own_peer_url(u)),
                     problem,
+                    out_of_time: !m.is_learner && answer.is_some_and(Answer::ran_out_of_time),
                 }
             })
             .collect()
@@ -279,7 +304,7 @@ fn member_health(m: &etcd::Member, answer: Option<&Answer>) -> MemberHealth {
 mod tests {
     use super::*;
 
-    fn view(status: bool, healthy: bool, problem: Option<&str>) -> MemberView {
+    fn view(status: bool, healthy: bool, out_of_time: bool) -> MemberView {
         MemberView {
             id: Id(1),
             name: "etcd-1".into(),
@@ -303,22 +328,67 @@ mod tests {
             healthy,
             is_leader: false,
             is_self: false,
-            problem: problem.map(str::to_string),
+            problem: None,
+            out_of_time,
         }
     }
 
     #[test]
-    fn late_is_no_status_or_a_health_check_out_of_time_and_nothing_else() {
-        assert!(view(false, false, Some("connection refused")).answered_late());
-        assert!(view(false, false, None).answered_late());
-        // c4 under TCG: a status, but the linearizable read behind /health ran out of time.
-        assert!(view(true, false, Some("context deadline exceeded")).answered_late());
-        let killed = "etcd endpoint health on http://10.88.0.12:2379: /opt/bin/etcdctl did not \
-                      finish within 17 s and was killed";
-        assert!(view(true, false, Some(killed)).answered_late());
-        assert!(!view(true, true, None).answered_late());
-        assert!(!view(true, false, Some("a learner")).answered_late());
-        assert!(!view(true, false, Some("NOSPACE")).answered_late());
-        assert!(!view(true, false, None).answered_late());
+    fn late_is_no_status_or_a_check_out_of_time_and_nothing_else() {
+        assert!(view(false, false, false).answered_late());
+        assert!(view(true, false, true).answered_late());
+        assert!(!view(true, true, false).answered_late());
+        assert!(!view(true, true, true).answered_late());
+        assert!(!view(true, false, false).answered_late());
+    }
+
+    fn status(err: Option<etcd::ErrorKind>) -> Result<Vec<EndpointStatus>, EtcdError> {
+        let url = ["http://10.88.0.12:2379".to_string()];
+        match err {
+            Some(kind) => Err(EtcdError::new(kind, "endpoint status", &url, "it said")),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn entry(error: Option<&str>) -> Option<Result<Vec<EndpointHealth>, EtcdError>> {
+        Some(Ok(vec![EndpointHealth {
+            endpoint: "http://10.88.0.12:2379".into(),
+            healthy: error.is_none(),
+            took: String::new(),
+            error: error.map(str::to_string),
+        }]))
+    }
+
+    #[test]
+    fn out_of_time_is_told_by_the_errors_kind() {
+        use etcd::ErrorKind::{NoSpace, Other, Timeout, Unreachable};
+        let url = ["http://10.88.0.12:2379".to_string()];
+        let killed = |kind| {
+            Some(Err(EtcdError::new(
+                kind,
+                "endpoint health",
+                &url,
+                "/opt/bin/etcdctl did not finish within 17 s and was killed",
+            )))
+        };
+        let answer = |health, err| Answer {
+            health,
+            status: status(err),
+        };
+        // c4 under TCG: our kill at the deadline, and etcdctl's own deadline.
+        assert!(answer(killed(Timeout), None).ran_out_of_time());
+        assert!(answer(killed(Unreachable), None).ran_out_of_time());
+        assert!(answer(entry(Some("context deadline exceeded")), None).ran_out_of_time());
+        assert!(answer(None, Some(Timeout)).ran_out_of_time());
+        // The same words under another kind are not lateness: the kind decides.
+        assert!(!answer(killed(Other), None).ran_out_of_time());
+        assert!(!answer(
+            entry(Some("etcdserver: mvcc: database space exceeded")),
+            None
+        )
+        .ran_out_of_time());
+        assert!(!answer(None, Some(NoSpace)).ran_out_of_time());
+        assert!(!answer(entry(None), None).ran_out_of_time());
+        assert!(!answer(None, None).ran_out_of_time());
     }
 }

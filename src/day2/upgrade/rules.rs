@@ -237,6 +237,7 @@ mod tests {
             is_leader: leader,
             is_self: me,
             problem: None,
+            out_of_time: false,
         }
     }
 
