@@ -107,7 +107,9 @@ fn interrupted_failure(command: Command, signal: &str, step: &str) -> Failure {
     )
 }
 
-/// What a signal means now (called in the signal thread).
+/// What a signal means now (called in the signal thread): `None` carries on (no command
+/// yet, or a critical section holds it); otherwise the command is stopped here, its
+/// failure said, its cleanups run, and the process exits.
 fn on_signal(signal: &'static str) -> Option<u8> {
     let mut s = signals_state();
     let command = s.command?;
@@ -130,8 +132,13 @@ fn on_signal(signal: &'static str) -> Option<u8> {
     for f in &s.on_interrupt {
         f();
     }
-    Some(code)
-    // The lock stays held (SIGNALS) while the process exits: no critical section begins.
+    // The cleanups and the exit with SIGNALS still held: no critical section begins, and
+    // no step record is written after the record's removal ([`Frame::step`] writes under
+    // it; a step written between the two would outlive the process, as host test
+    // tests/frame.rs saw in a local CI run: the record of an upgrade stopped by SIGTERM
+    // while it waited for the ISO, left behind).
+    signals::run_cleanups();
+    std::process::exit(i32::from(code));
 }
 
 /// Runs `body` in the frame `spec` describes; the exit code. `body` returns the lines to
@@ -222,12 +229,15 @@ fn begin(spec: &Spec<'_>) -> Result<Frame, Failure> {
 
 impl Frame {
     /// Records the next step, and whether etcd is down on purpose during it.
+    /// Written under the signal state's lock, which a signal's way out holds from the
+    /// record's removal to the exit: a step is either written before the removal or never.
     pub fn step(&self, step: &str, etcd_down_expected: bool) {
+        let mut signals = signals_state();
         let mut op = self.op.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((op, _)) = op.as_mut() {
             op.step(step, etcd_down_expected);
         }
-        signals_state().step = step.to_string();
+        signals.step = step.to_string();
     }
 
     /// Runs `f` on a signal, in the signal thread, before the process exits.
