@@ -201,14 +201,9 @@ pub fn c4_bad_iso_mended_upgrade_3_4_to_3_5_nospace_maintain_and_restore() {
     nospace_is_reported_everywhere_and_maintain_recovers_it(&mut c);
     three_maintains_at_once_defragment_one_member_at_a_time_the_leader_last(&mut c);
     a_snapshot_from_the_timer_restores_a_cluster_that_lost_every_data_dir(&mut c);
-    if crate::run_unproven(
-        "c4",
-        "c4's 3.6 refusal and patch upgrade 3.5.16 -> 3.5.30 after the rejoin",
-    ) {
-        after_the_learner_rejoin_3_6_is_refused_and_a_patch_upgrade_to_3_5_30_keeps_three_voters(
-            &mut c,
-        );
-    }
+    after_the_learner_rejoin_3_6_is_refused_and_a_patch_upgrade_to_3_5_30_keeps_three_voters(
+        &mut c,
+    );
     report(&format!(
         "cluster c4 test: {:.1} s",
         t_all.elapsed().as_secs_f64()
