@@ -48,6 +48,9 @@ failure_file = "{dir}/failed"
     );
     let path = dir.join("config.toml");
     std::fs::write(&path, text).unwrap();
+    // The install folder a node running etcd has: without it `upgrade` fails at once
+    // ("cannot sync .../bin") instead of waiting for the ISO, racing the test's SIGTERM.
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
     path
 }
 
