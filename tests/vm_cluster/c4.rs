@@ -239,7 +239,13 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
     await_cluster_version(c, "3.5");
     for k in 0..20 {
         let got = c.etcdctl(1, &format!("get --print-value-only /upgrade/k{k}"));
-        assert_eq!(got.trim(), format!("v{k}"));
+        if got.trim() != format!("v{k}") {
+            // CI at 9b4654b read "" here once, from an ssh that never connected or a key
+            // gone: say which.
+            let keys = c.etcdctl(1, "get --prefix --keys-only /upgrade/");
+            let status = c.etcdctl(1, "endpoint status -w table");
+            panic!("/upgrade/k{k} read {got:?}; the keys under /upgrade/: {keys}\n{status}");
+        }
     }
     let members = members(c, 2);
     assert_eq!(members.len(), 3, "{members:?}");
