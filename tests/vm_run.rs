@@ -1432,6 +1432,31 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
     assert_etcd_off(&vm);
     assert!(vm.ssh("test -e /opt/bin/etcd").status.code() == Some(1));
     verdict("j: disc ejected mid-tarball", secs, &line);
+
+    // The ISO detached (the tray left open, as the eject above left it) while a new run
+    // waits, then attached again as the platform does: the run must not pull the open
+    // tray in (a closed, locked, empty drive refuses the next attach), and finds the disc.
+    reset_node(&vm);
+    root(&vm, "systemctl start --no-block etcd-setup");
+    wait_until_waiting_for_iso(&vm);
+    // Longer than the drive's media poll while waiting (1 s) and udev's rescans.
+    std::thread::sleep(Duration::from_secs(5));
+    let tray = cdrom_block(&mut vm);
+    assert_eq!(
+        tray["tray_open"], true,
+        "the waiting run closed the tray the eject left open: {tray}"
+    );
+    let attached = support::vm::unix_now();
+    vm.insert_cdrom(&iso);
+    let (status, _) = wait_unit_exit(&vm, Duration::from_secs(300));
+    let secs = support::vm::unix_now() - attached;
+    assert_eq!(status, 0, "{}", failure_line(&vm));
+    assert_etcd_healthy(&vm);
+    verdict(
+        "j: ISO detached while a run waits, attached again",
+        secs,
+        "the open tray left open while waiting; the attach found: exit 0, etcd healthy",
+    );
     report(&format!(
         "run scenario j: all faults on one node in {:.1} s",
         t_all.elapsed().as_secs_f64()

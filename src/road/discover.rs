@@ -128,6 +128,12 @@ impl std::fmt::Debug for FoundIso {
 /// [`classify`], keeping the open, parsed disc when it holds the archive.
 fn look(device: &Path, archive_path: &str) -> (Disc, Option<FoundIso>) {
     let seen_at = std::time::SystemTime::now();
+    // A drive that says it is empty or open is not opened for data: that open would pull
+    // an open tray in (the kernel's autoclose) and lock the door while it lasts, and the
+    // platform's next attach of the ISO would meet a closed, locked, empty drive.
+    if drive_has_disc(device) == Some(false) {
+        return (Disc::NoMedium, None);
+    }
     let mut file = match File::open(device) {
         Ok(f) => f,
         // ENOMEDIUM: empty drive. EIO/ENXIO right after a change: not ready yet; a later
