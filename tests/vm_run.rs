@@ -1199,7 +1199,9 @@ sleep 0.3; kill $jp; grep '^step: ' "$log" | tail -n1; rm -f "$log"
 /// of the run at every phase boundary, each followed by a new run that converges; the
 /// CD-ROM returning read errors in the middle of the tarball (qemu blkdebug) →
 /// iso-unreadable naming the device; the disc ejected over QMP while the run reads it
-/// (reads throttled so the eject lands mid-tarball) → its reason naming the device.
+/// (reads throttled so the eject lands mid-tarball) → its reason naming the device; then,
+/// the tray left open, a new run waits without pulling it in, and the ISO attached again
+/// is found (exit 0, etcd healthy).
 #[test]
 fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converges() {
     let t_all = Instant::now();
