@@ -862,11 +862,11 @@ impl Vm {
         self.qmp.as_mut().expect("qmp connected")
     }
 
-    /// Inserts an ISO into the Kubernetes CD-ROM drive, as the platform attaches one.
-    /// Puts `iso` into the Kubernetes CD-ROM drive (`blockdev-change-medium`). Not tried
-    /// again on "locked": each refused try still sends the guest an eject request, which
-    /// it may carry out after a later try succeeded, taking the new disc out (CI at
-    /// 1357dec: a run waited 400 s for a disc inserted after a retried "locked").
+    /// Inserts an ISO into the Kubernetes CD-ROM drive, as the platform attaches one
+    /// (`blockdev-change-medium`). Not tried again on "locked": each refused try still
+    /// sends the guest an eject request, which it may carry out after a later try
+    /// succeeded, taking the new disc out (a local CI-like run of 1357dec waited 400 s for
+    /// a disc inserted after a retried "locked").
     pub fn insert_cdrom(&mut self, iso: &Path) {
         let iso = iso.to_str().expect("utf-8 path").to_string();
         let name = self.name.clone();

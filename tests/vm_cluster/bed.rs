@@ -463,10 +463,9 @@ impl Cluster {
     /// file (the package's folders and the status socket stay, as on a new disk).
     /// cloud-init's files stay for the caller to change as the new cloud-config would
     /// write them; then [`Cluster::start_first_run`]. The ISO stays in the drive, as on a
-    /// VM booted with it attached: an eject here, the run then waiting, and an insert made
-    /// the guest close and lock the empty tray, and in CI at 1357dec the disc inserted
-    /// after qemu's "locked" was never seen by the run (400 s); the insert path is each
-    /// cluster's formation's.
+    /// VM booted with it attached: these scenarios are about the run's decision, the
+    /// insert path is each cluster's formation's, and detaching while a run waits is
+    /// vm_run j's last step (an eject here once met a run that pulled the open tray in).
     pub fn make_fresh_in_place(&mut self, i: usize) {
         let vm = self.nodes[i].vm.as_mut().expect("the node has a VM");
         vm.ssh_ok(
