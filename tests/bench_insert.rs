@@ -14,6 +14,12 @@
 //! moved by a low offset: upper bounds), counted from the insert: noticed (`disc-seen`),
 //! active (`start-job-done`: a `Type=notify` start job ends at READY=1), healthy
 //! (`healthy`), and every step between. Medians over the N runs are printed last.
+//!
+//! With `ETCD_SETUP_BENCH_BASELINE=DIR` (a folder vm-images/build printed for an older
+//! tree, e.g. main 97a6b61), a second VM boots from that image beside the first, both idle
+//! but for the run measured, and the runs alternate baseline, new, new, baseline, … (N
+//! each), so a drift of the bed's speed over the minutes falls on both alike. Then each
+//! image's medians are printed, and the new image's over the baseline's as ratios.
 
 mod support;
 
@@ -64,87 +70,71 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-#[test]
-#[ignore = "a benchmark: run by hand with --ignored (docs/testing.md)"]
-fn insert_to_healthy_medians_and_the_step_breakdown() {
-    let n: usize = std::env::var("ETCD_SETUP_BENCH_N")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let image = Image::from_env();
-    let iso = support::inputs::isos().join("k8s-etcd-3.5.1.iso");
-    let mut spec = VmSpec::new("bench");
-    spec.user_data = support::inputs::cloud_config("bench", &[]);
-    let mut vm = Vm::boot(&image, spec);
-    vm.wait_ssh(Duration::from_secs(300));
+/// One measured run on `vm`: its steps, seconds after the insert.
+fn measure(vm: &mut Vm, iso: &std::path::Path, label: &str) -> Vec<(String, f64)> {
+    vm.eject_cdrom();
+    reset(vm);
+    root(vm, "systemctl start --no-block etcd-setup");
+    wait_until_waiting_for_iso(vm);
+    let offset = vm.clock_offset();
+    let cursor = root(
+        vm,
+        "journalctl -u etcd-setup -n1 --show-cursor -o cat | sed -n 's/^-- cursor: //p'",
+    );
+    let inserted = support::vm::unix_now();
+    vm.insert_cdrom(iso);
+    let status = wait_run_done(vm);
+    assert_eq!(
+        status,
+        0,
+        "{label} failed: {}",
+        root(vm, "cat /home/cloud/etcd-setup-failed 2>&1")
+    );
+    let log = root(
+        vm,
+        &format!(
+            "journalctl -u etcd-setup -o cat --after-cursor='{}' | grep '^step: ' || true",
+            cursor.trim()
+        ),
+    );
+    let steps: Vec<(String, f64)> = log
+        .lines()
+        .filter_map(|l| {
+            let (name, ms) = l.strip_prefix("step: ")?.split_once(" at ")?;
+            let ms: f64 = ms.trim().parse().ok()?;
+            Some((name.to_string(), ms / 1000.0 - offset - inserted))
+        })
+        .collect();
+    let mut previous = 0.0;
+    let text: Vec<String> = steps
+        .iter()
+        .map(|(name, at)| {
+            let s = format!("{name} {at:.2} s (+{:.2})", at - previous);
+            previous = *at;
+            s
+        })
+        .collect();
+    report(&format!("bench {label}: insert → {}", text.join(", ")));
+    steps
+}
+
+fn at(run: &[(String, f64)], name: &str) -> Option<f64> {
+    run.iter().find(|(n, _)| n == name).map(|(_, t)| *t)
+}
+
+fn median_of(runs: &[Vec<(String, f64)>], name: &str) -> f64 {
+    median(runs.iter().filter_map(|r| at(r, name)).collect())
+}
+
+/// The three medians (noticed, active, healthy) and each step's own share, printed.
+fn summary(who: &str, runs: &[Vec<(String, f64)>]) -> [f64; 3] {
+    let medians = ["disc-seen", "start-job-done", "healthy"].map(|n| median_of(runs, n));
     report(&format!(
-        "bench: image {} ({}), {n} runs, {:?}",
-        image.dir.display(),
-        image.build_info("deb_file"),
-        vm.accel
-    ));
-    // cloud-init's runcmd also runs `etcd-setup run`, behind the boot's own run: once,
-    // before anything is measured.
-    vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
-    let mut runs: Vec<Vec<(String, f64)>> = Vec::new();
-    for i in 0..n {
-        vm.eject_cdrom();
-        reset(&vm);
-        root(&vm, "systemctl start --no-block etcd-setup");
-        wait_until_waiting_for_iso(&vm);
-        let offset = vm.clock_offset();
-        let cursor = root(
-            &vm,
-            "journalctl -u etcd-setup -n1 --show-cursor -o cat | sed -n 's/^-- cursor: //p'",
-        );
-        let inserted = support::vm::unix_now();
-        vm.insert_cdrom(&iso);
-        let status = wait_run_done(&vm);
-        assert_eq!(
-            status,
-            0,
-            "run {i} failed: {}",
-            root(&vm, "cat /home/cloud/etcd-setup-failed 2>&1")
-        );
-        let log = root(
-            &vm,
-            &format!(
-                "journalctl -u etcd-setup -o cat --after-cursor='{}' | grep '^step: ' || true",
-                cursor.trim()
-            ),
-        );
-        let steps: Vec<(String, f64)> = log
-            .lines()
-            .filter_map(|l| {
-                let (name, ms) = l.strip_prefix("step: ")?.split_once(" at ")?;
-                let ms: f64 = ms.trim().parse().ok()?;
-                Some((name.to_string(), ms / 1000.0 - offset - inserted))
-            })
-            .collect();
-        let mut previous = 0.0;
-        let text: Vec<String> = steps
-            .iter()
-            .map(|(name, at)| {
-                let s = format!("{name} {at:.2} s (+{:.2})", at - previous);
-                previous = *at;
-                s
-            })
-            .collect();
-        report(&format!(
-            "bench run {}: insert → {}",
-            i + 1,
-            text.join(", ")
-        ));
-        runs.push(steps);
-    }
-    let at =
-        |run: &Vec<(String, f64)>, name: &str| run.iter().find(|(n, _)| n == name).map(|(_, t)| *t);
-    let of = |name: &str| median(runs.iter().filter_map(|r| at(r, name)).collect());
-    report(&format!(
-        "bench medians over {n}: insert → noticed {:.2} s, active {:.2} s, healthy {:.2} s",
-        of("disc-seen"),
-        of("start-job-done"),
-        of("healthy")
+        "bench {who} medians over {}: insert → noticed {:.2} s, active {:.2} s, healthy {:.2} s",
+        runs.len(),
+        medians[0],
+        medians[1],
+        medians[2]
     ));
     // Each step's own share, median, in the order of the first run.
     let names: Vec<String> = runs
@@ -164,5 +154,66 @@ fn insert_to_healthy_medians_and_the_step_breakdown() {
         );
         shares.push(format!("{name} +{share:.2}"));
     }
-    report(&format!("bench median step shares: {}", shares.join(", ")));
+    report(&format!(
+        "bench {who} median step shares: {}",
+        shares.join(", ")
+    ));
+    medians
+}
+
+/// Boots a node from `image`, waits for cloud-init (its runcmd also runs `etcd-setup
+/// run`, behind the boot's own run: once, before anything is measured).
+fn boot(image: &Image, name: &str) -> Vm {
+    let mut spec = VmSpec::new(name);
+    spec.user_data = support::inputs::cloud_config(name, &[]);
+    let mut vm = Vm::boot(image, spec);
+    vm.wait_ssh(Duration::from_secs(300));
+    report(&format!(
+        "bench: {name} from image {} ({}), {:?}",
+        image.dir.display(),
+        image.build_info("deb_file"),
+        vm.accel
+    ));
+    vm.ssh_timeout(Duration::from_secs(300), "cloud-init status --wait");
+    vm
+}
+
+#[test]
+#[ignore = "a benchmark: run by hand with --ignored (docs/testing.md)"]
+fn insert_to_healthy_medians_and_the_step_breakdown() {
+    let n: usize = std::env::var("ETCD_SETUP_BENCH_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let iso = support::inputs::isos().join("k8s-etcd-3.5.1.iso");
+    let image = Image::from_env();
+    let baseline = std::env::var_os("ETCD_SETUP_BENCH_BASELINE").map(|d| Image::at(d.into()));
+    let mut new_vm = boot(&image, "bench");
+    let mut base_vm = baseline.as_ref().map(|b| boot(b, "bench-base"));
+    let mut new_runs: Vec<Vec<(String, f64)>> = Vec::new();
+    let mut base_runs: Vec<Vec<(String, f64)>> = Vec::new();
+    for i in 0..n {
+        // Baseline first in even rounds, last in odd ones: A B, B A, A B, …
+        let base_first = i % 2 == 0;
+        for turn in 0..2 {
+            let base_turn = (turn == 0) == base_first;
+            match (&mut base_vm, base_turn) {
+                (Some(vm), true) => {
+                    base_runs.push(measure(vm, &iso, &format!("baseline run {}", i + 1)))
+                }
+                (None, true) => {}
+                (_, false) => new_runs.push(measure(&mut new_vm, &iso, &format!("run {}", i + 1))),
+            }
+        }
+    }
+    let new = summary("new", &new_runs);
+    if base_vm.is_some() {
+        let base = summary("baseline", &base_runs);
+        report(&format!(
+            "bench new/baseline medians: noticed {:.2}×, active {:.2}×, healthy {:.2}×",
+            new[0] / base[0],
+            new[1] / base[1],
+            new[2] / base[2]
+        ));
+    }
 }

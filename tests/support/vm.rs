@@ -58,6 +58,11 @@ impl Image {
                 "ETCD_SETUP_VM_IMAGE is not set: run the VM tests through tests/run, \
              or set it to the folder vm-images/build prints",
             );
+        Image::at(dir)
+    }
+
+    /// The image in `dir` (a folder vm-images/build printed), checked to hold its files.
+    pub fn at(dir: PathBuf) -> Image {
         for f in ["node.qcow2", "vmlinuz", "initrd.img"] {
             assert!(
                 dir.join(f).is_file(),
