@@ -7,8 +7,8 @@
 //! `fsync_tree` then takes, which the installer pays before its rename.
 //!
 //! `bench_extract --stages TARBALL STAGING_PARENT` (issue 24 item 2) times the pass's parts
-//! one by one, best of three, on the machine it runs on (the insert benchmark runs it on
-//! the node VM): reading the file, SHA-256 over it, CRC-32 of the unpacked stream,
+//! one by one, best of three, on the machine it runs on (meant for the node VM, where the
+//! pass runs under TCG; copy the static musl build in): reading the file, SHA-256 over it, CRC-32 of the unpacked stream,
 //! inflate alone, the whole pass (which does all of these once, and writes), and the
 //! installer's `fsync_tree`; `stage_NAME_s=` lines.
 
@@ -81,8 +81,14 @@ fn stages(tarball: &Path, parent: &Path) -> anyhow::Result<()> {
         Ok(())
     })?;
     let inflate = best(|| {
+        // A gzip header without optional fields (FLG 0, as `tar -czf` writes) is 10 bytes;
+        // any other tarball is refused here rather than timed wrong.
+        anyhow::ensure!(
+            bytes.len() > 10 && bytes[3] == 0,
+            "{}: --stages needs a gzip header without optional fields",
+            tarball.display()
+        );
         let mut d = flate2::Decompress::new(false);
-        // The gzip header of a `tar -czf` tarball: 10 bytes, no name (checked by the pass).
         let mut out = vec![0u8; 128 * 1024];
         let mut input = &bytes[10..];
         loop {
