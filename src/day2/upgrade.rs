@@ -272,10 +272,18 @@ fn upgrade(
                     "this member leads; waiting for the other members to upgrade first",
                 );
             }
-            Turn::HandingOver => record.set(
-                UpgradePhase::HandingOver,
-                "handing leadership to another member before the restart",
-            ),
+            Turn::HandingOver => {
+                // Said, not only recorded: whoever reads the output (an operator, the VM
+                // test's leader-last check) sees which member led at its own turn.
+                eprintln!(
+                    "etcd-setup upgrade: {} leads; handing leadership to another member before the restart",
+                    node.name
+                );
+                record.set(
+                    UpgradePhase::HandingOver,
+                    "handing leadership to another member before the restart",
+                );
+            }
         },
     )?;
     eprintln!(

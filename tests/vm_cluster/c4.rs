@@ -307,6 +307,18 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
 /// test too, as does a leader of before that did not go last. Returns the nodes' names in the order they finished.
 fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> Vec<String> {
     let (_, leader) = space(c, 0);
+    let ids: Vec<(String, String, bool)> = members(c, 0);
+    // Where each etcd's journal stands now: who led when each member's etcd was stopped
+    // for its turn is read from there afterwards (etcd's own raft lines), not guessed.
+    let cursors: Vec<String> = c
+        .nodes
+        .iter()
+        .map(|n| {
+            n.vm().ssh_ok(
+                "sudo journalctl -u etcd -n1 --show-cursor -o cat | sed -n 's/^-- cursor: //p'",
+            )
+        })
+        .collect();
     let newer = iso.to_path_buf();
     for i in 0..3 {
         swap_disc(c, i, &newer);
@@ -411,14 +423,95 @@ fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> 
         "cluster c4: {} on all three at once: order {order:?}, leader before {leader}",
         iso.file_name().unwrap_or_default().to_string_lossy()
     ));
+    // The leader goes last: no member but the last was stopped for its turn while, by
+    // its own etcd's journal, it led, nor did it hand leadership on (the agent says so
+    // when it does). Leadership may move by itself meanwhile (an election on a starved
+    // guest): then the new leader goes last, which is what the rule asks.
+    let mut led = Vec::new();
+    for (i, n) in c.nodes.iter().enumerate() {
+        let (own_id, start) = ids
+            .iter()
+            .find(|(name, _, _)| name == &n.name)
+            .map(|(_, id, _)| {
+                let leads = ids.iter().find(|m| m.0 == leader).map(|m| m.1.clone());
+                (id.clone(), leads.unwrap_or_default())
+            })
+            .expect("the node is a member");
+        let journal = n.vm().ssh_ok(&format!(
+            "sudo journalctl -u etcd -o cat --no-pager --after-cursor='{}'",
+            cursors[i].trim()
+        ));
+        let stop = leader_at_first_stop(&journal, &start);
+        if strict {
+            assert!(
+                stop.is_some(),
+                "{}: no stop of etcd in its journal since the upgrades began:\n{journal}",
+                n.name
+            );
+        }
+        let at_stop = stop.clone().flatten();
+        let (_, _, (_, _, err)) = results.iter().find(|r| r.0 == n.name).expect("a result");
+        let handed = err.contains("handing leadership");
+        report(&format!(
+            "cluster c4: {}: leader by its own journal when its etcd was stopped: {}{}",
+            n.name,
+            match (&stop, at_stop.as_deref()) {
+                (None, _) => "(no stop seen)",
+                (Some(_), None) => "none (an election under way)",
+                (Some(_), Some(l)) => ids.iter().find(|m| m.1 == l).map_or(l, |m| m.0.as_str()),
+            },
+            if handed {
+                "; it handed leadership on first"
+            } else {
+                ""
+            }
+        ));
+        led.push((
+            n.name.clone(),
+            at_stop.as_deref() == Some(own_id.as_str()),
+            handed,
+        ));
+    }
+    let last = order.last().expect("three turns");
+    let broken: Vec<&(String, bool, bool)> = led
+        .iter()
+        .filter(|(name, leading, handed)| name != last && (*leading || *handed))
+        .collect();
     if strict {
-        assert_eq!(
-            order.last(),
-            Some(&leader),
-            "the leader of before last: {order:?}"
+        assert!(
+            broken.is_empty(),
+            "a member led at its turn while another still ran the old release (leader before: {leader}): {broken:?}, order {order:?}"
         );
+    } else if !broken.is_empty() {
+        report(&format!(
+            "cluster c4: led at its turn, not last: {broken:?}"
+        ));
     }
     order
+}
+
+/// Who led, by this member's etcd journal (`-o cat` lines after a cursor), when its etcd
+/// was first stopped (`received signal; shutting down`), starting from `leader` (the
+/// hex member ID that led at the cursor). raft logs every change of leader a member sees
+/// (`raft.node: ID elected leader ID at term N`, `… changed leader from ID to ID at term
+/// N`) and a loss (`lost leader`). `None` when
+/// no stop is in the journal; `Some(None)` when it stopped without a leader.
+fn leader_at_first_stop(journal: &str, leader: &str) -> Option<Option<String>> {
+    let mut now = Some(leader.to_string());
+    for line in journal.lines() {
+        if line.contains("received signal; shutting down") {
+            return Some(now);
+        }
+        if let Some(rest) = line.split(" elected leader ").nth(1) {
+            now = rest.split_whitespace().next().map(str::to_string);
+        } else if let Some(rest) = line.split(" changed leader from ").nth(1) {
+            // `A to B at term N`
+            now = rest.split_whitespace().nth(2).map(str::to_string);
+        } else if line.contains(" lost leader ") {
+            now = None;
+        }
+    }
+    None
 }
 
 /// etcd's leader moves the cluster version a few seconds after the last member runs the
@@ -944,4 +1037,46 @@ fn after_the_learner_rejoin_3_6_is_refused_and_a_patch_upgrade_to_3_5_30_keeps_t
             .collect::<Vec<_>>()
             .join(" | ")
     ));
+}
+
+/// [`leader_at_first_stop`] on lines as etcd 3.5.16 writes them to the journal (the
+/// election and signal lines recorded from a loopback member; the change and loss lines
+/// are raft's own formats, node.go).
+#[test]
+fn the_leader_at_a_members_stop_is_read_from_its_journal() {
+    let line = |msg: &str| format!("{{\"level\":\"info\",\"logger\":\"raft\",\"msg\":\"{msg}\"}}");
+    let stop =
+        "{\"level\":\"info\",\"msg\":\"received signal; shutting down\",\"signal\":\"terminated\"}";
+    let journal = [
+        line("raft.node: 2e12 elected leader 2e12 at term 2"),
+        stop.to_string(),
+    ]
+    .join("\n");
+    assert_eq!(
+        leader_at_first_stop(&journal, "aa"),
+        Some(Some("2e12".into()))
+    );
+    let journal = [
+        line("raft.node: 2e12 changed leader from aa to bb at term 3"),
+        stop.to_string(),
+        line("raft.node: 2e12 elected leader 2e12 at term 4"),
+    ]
+    .join("\n");
+    assert_eq!(
+        leader_at_first_stop(&journal, "aa"),
+        Some(Some("bb".into()))
+    );
+    let journal = [
+        line("raft.node: 2e12 lost leader aa at term 3"),
+        stop.to_string(),
+    ]
+    .join("\n");
+    assert_eq!(leader_at_first_stop(&journal, "aa"), Some(None));
+    assert_eq!(leader_at_first_stop("", "aa"), None);
+    assert_eq!(
+        leader_at_first_stop(&line("raft.node: 2e12 elected leader bb at term 3"), "aa"),
+        None
+    );
+    // No change seen before the stop: the leader of the cursor.
+    assert_eq!(leader_at_first_stop(stop, "aa"), Some(Some("aa".into())));
 }
