@@ -101,11 +101,10 @@ fn a_small_object_goes_up_in_one_put_and_comes_back_with_its_digest_and_metadata
 #[test]
 fn a_large_object_goes_up_in_parts_and_comes_back_whole() {
     let c = http();
-    let body = data(2 * MIN_PART_SIZE + 12345, 2);
-    let mut up = c.upload(
-        "large/three-parts.db",
-        &[("member".into(), "etcd-1".into())],
-    );
+    // Five parts: more than are sent at once (s3::IN_FLIGHT), so every buffer is given
+    // back and filled again, and the parts' threads add to the digest in their order.
+    let body = data(4 * MIN_PART_SIZE + 12345, 2);
+    let mut up = c.upload("large/five-parts.db", &[("member".into(), "etcd-1".into())]);
     // Odd-sized writes, as a reader's buffer gives them.
     for chunk in body.chunks(70_001) {
         up.write_all(chunk).unwrap();
@@ -113,10 +112,11 @@ fn a_large_object_goes_up_in_parts_and_comes_back_whole() {
     let sent = up.finish().unwrap();
     assert_eq!(sent.len, body.len() as u64);
     let mut back = Vec::new();
-    let got = c.get("large/three-parts.db", &mut back).unwrap();
+    let got = c.get("large/five-parts.db", &mut back).unwrap();
     assert_eq!(got.sha256, sha(&body));
+    assert_eq!(sent.sha256, sha(&body), "the digest of what was sent");
     assert!(back == body, "the object read back differs");
-    let head = c.head("large/three-parts.db").unwrap().unwrap();
+    let head = c.head("large/five-parts.db").unwrap().unwrap();
     assert_eq!(head.get("member"), Some("etcd-1"));
     assert!(c.list_uploads("large/").unwrap().is_empty());
 }
@@ -145,8 +145,10 @@ fn a_listing_walks_every_page_and_a_delete_removes_one() {
 #[test]
 fn an_upload_dropped_midway_is_aborted_and_a_forgotten_one_is_found_and_aborted_later() {
     let c = http();
+    // Dropped with parts still on their way (of three full parts the first is sent, the
+    // other two may still be sending): the abort waits for them, so none lands after it.
     let mut up = c.upload("pending/dropped.db", &[]);
-    up.write_all(&data(MIN_PART_SIZE + 10, 4)).unwrap();
+    up.write_all(&data(3 * MIN_PART_SIZE + 10, 4)).unwrap();
     drop(up);
     assert!(c.list_uploads("pending/dropped").unwrap().is_empty());
     assert_eq!(c.head("pending/dropped.db").unwrap(), None);

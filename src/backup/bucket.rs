@@ -158,15 +158,15 @@ fn parse_stamp(s: &str) -> Option<SystemTime> {
     (file_stamp(t) == s).then_some(t)
 }
 
-/// The metadata an upload starts with.
-fn upload_meta(settings: &BackupSettings, meta: &Meta, plain: &Digest256) -> Vec<(String, String)> {
+/// The metadata an upload starts with. The plaintext's SHA-256 is added with the
+/// object's once it was read back ([`upload_snapshot`]).
+fn upload_meta(settings: &BackupSettings, meta: &Meta) -> Vec<(String, String)> {
     vec![
         (key::CLUSTER.into(), format!("{:016x}", meta.cluster)),
         (key::MEMBER.into(), meta.member.clone()),
         (key::REVISION.into(), meta.revision.to_string()),
         (key::ETCD_VERSION.into(), meta.etcd_version.clone()),
         (key::TOTAL_KEYS.into(), meta.total_keys.to_string()),
-        (key::PLAIN_SHA256.into(), super::sigv4::hex(&plain.sha256)),
         (key::AGENT.into(), env!("CARGO_PKG_VERSION").to_string()),
         (key::TIME.into(), crate::shared::report::rfc3339(meta.time)),
         (
@@ -260,9 +260,11 @@ pub fn stream_failure(snapshot: &Path, e: io::Error) -> Failure {
     }
 }
 
-/// Uploads `snapshot` (a verified snapshot file) as the object of `meta`: the file hashed,
-/// then streamed through `seal` (when `settings.encrypt`) into the bucket, read back and
-/// compared, then marked verified in its metadata. Memory is bounded to one part.
+/// Uploads `snapshot` (a verified snapshot file) as the object of `meta`: streamed through
+/// `seal` (when `settings.encrypt`) into the bucket while another thread hashes the file
+/// on its own, the two reads compared (the file must not change meanwhile), the object
+/// read back and compared, then marked verified in its metadata with both digests.
+/// Memory is bounded to a few parts ([`super::s3::IN_FLIGHT`]).
 pub fn upload_snapshot(
     settings: &BackupSettings,
     client: &Client,
@@ -270,27 +272,23 @@ pub fn upload_snapshot(
     meta: &Meta,
     seal: &mut Seal<'_>,
 ) -> Result<Uploaded, Failure> {
-    let plain = digest_of(snapshot)?;
     let name = object_name(settings, meta);
-    let mut metadata = upload_meta(settings, meta, &plain);
-    let file =
-        std::fs::File::open(snapshot).map_err(|e| Failure::io(snapshot, "cannot open", e))?;
-    let mut reader = Hashing {
-        inner: io::BufReader::with_capacity(1 << 20, file),
-        hasher: Sha256::new(),
-        len: 0,
-    };
-    let mut upload = client.upload(&name, &metadata);
-    if settings.encrypt {
-        seal(&mut reader, &mut upload)?;
-    } else {
-        io::copy(&mut reader, &mut upload).map_err(|e| stream_failure(snapshot, e))?;
-    }
-    let sent = upload.finish()?;
-    let again = Digest256 {
-        len: reader.len,
-        sha256: reader.hasher.finalize().into(),
-    };
+    let mut metadata = upload_meta(settings, meta);
+    let (plain, streamed) = std::thread::scope(|s| {
+        // The file's own read, beside the one that is sealed and sent.
+        let own = s.spawn(|| digest_of(snapshot));
+        let streamed = stream_up(settings, client, snapshot, &name, &metadata, seal);
+        let own = own.join().unwrap_or_else(|_| {
+            Err(Failure::new(
+                ReasonCode::BackupFailed,
+                format!("the thread hashing {} panicked", snapshot.display()),
+            ))
+        });
+        // A failed upload says why first; the file's own read after it.
+        let streamed = streamed?;
+        Ok::<_, Failure>((own?, streamed))
+    })?;
+    let (again, sent) = streamed;
     if again != plain {
         return Err(Failure::new(
             ReasonCode::BackupFailed,
@@ -302,6 +300,7 @@ pub fn upload_snapshot(
     }
     let got = client.get(&name, &mut io::sink())?;
     verify_read_back(&format!("{client:?}"), &name, &sent, &got)?;
+    metadata.push((key::PLAIN_SHA256.into(), super::sigv4::hex(&plain.sha256)));
     metadata.push((key::OBJECT_SHA256.into(), super::sigv4::hex(&sent.sha256)));
     metadata.push((key::VERIFIED.into(), "read-back".into()));
     client.set_meta(&name, &metadata)?;
@@ -310,6 +309,37 @@ pub fn upload_snapshot(
         object: sent,
         plain,
     })
+}
+
+/// Streams `snapshot` through `seal` (or as it is) into the object `name`: the digests of
+/// the plaintext read and of the object sent.
+fn stream_up(
+    settings: &BackupSettings,
+    client: &Client,
+    snapshot: &Path,
+    name: &str,
+    metadata: &[(String, String)],
+    seal: &mut Seal<'_>,
+) -> Result<(Digest256, Digest256), Failure> {
+    let file =
+        std::fs::File::open(snapshot).map_err(|e| Failure::io(snapshot, "cannot open", e))?;
+    let mut reader = Hashing {
+        inner: io::BufReader::with_capacity(1 << 20, file),
+        hasher: Sha256::new(),
+        len: 0,
+    };
+    let mut upload = client.upload(name, metadata);
+    if settings.encrypt {
+        seal(&mut reader, &mut upload)?;
+    } else {
+        io::copy(&mut reader, &mut upload).map_err(|e| stream_failure(snapshot, e))?;
+    }
+    let sent = upload.finish()?;
+    let read = Digest256 {
+        len: reader.len,
+        sha256: reader.hasher.finalize().into(),
+    };
+    Ok((read, sent))
 }
 
 /// One object of this cluster in the bucket.

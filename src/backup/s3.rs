@@ -1,8 +1,8 @@
 //! A small S3 client for the backups: SigV4-signed HTTP/1.1 over TLS (rustls, ring), one
-//! connection a request, bodies bounded to one part in memory.
+//! connection a request, bodies bounded to two parts in memory.
 //!
 //! Operations: a streaming [`Upload`] (`std::io::Write`: one PUT below the part size,
-//! multipart above it, aborted on error or drop), [`Client::get`] into a `Write`,
+//! multipart above it, a part sent while the next is written, aborted on error or drop), [`Client::get`] into a `Write`,
 //! [`Client::head`] (user metadata), [`Client::list`] (ListObjectsV2, every page),
 //! [`Client::delete`], and the incomplete multipart uploads under a prefix
 //! ([`Client::list_uploads`], [`Client::abort_upload`]). Every error names the endpoint,
@@ -19,8 +19,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// The part size of a multipart upload, and the most an upload holds in memory.
-pub const PART_SIZE: usize = 16 << 20;
+/// The part size of a multipart upload. An upload holds at most 1 + [`IN_FLIGHT`] parts
+/// in memory: one filled by the writer while those before it are sent.
+pub const PART_SIZE: usize = 6 << 20;
+/// How many parts of one upload are sent at once, each on a thread of its own.
+pub const IN_FLIGHT: usize = 2;
 /// The smallest part S3 takes (every part but the last).
 pub const MIN_PART_SIZE: usize = 5 << 20;
 /// The system's CA bundle, the trust roots when `backup.ca_file` is not given.
@@ -147,7 +150,9 @@ pub struct Digest256 {
     pub sha256: [u8; 32],
 }
 
-/// The client of one bucket.
+/// The client of one bucket. A clone asks the same bucket (an upload's part sender
+/// thread holds one).
+#[derive(Clone)]
 pub struct Client {
     endpoint: Endpoint,
     bucket: String,
@@ -617,7 +622,8 @@ impl Client {
             buf: Vec::new(),
             upload_id: None,
             parts: Vec::new(),
-            hasher: Sha256::new(),
+            sending: std::collections::VecDeque::new(),
+            chain: Arc::new(Chain::default()),
             len: 0,
             failed: None,
             done: false,
@@ -830,9 +836,13 @@ impl Client {
     }
 }
 
+/// A thread sending one part: the part's ETag and its buffer when done.
+type PartThread = std::thread::JoinHandle<S3Result<(String, Vec<u8>)>>;
+
 /// A streaming upload: bytes written are sent in parts of the client's part size (one PUT
-/// when they all fit in one); [`Upload::finish`] completes it. On an error, or when
-/// dropped unfinished, a started multipart upload is aborted.
+/// when they all fit in one), each part on a thread while the next is written;
+/// [`Upload::finish`] completes it. On an error, or when dropped unfinished, a started
+/// multipart upload is aborted.
 pub struct Upload<'c> {
     client: &'c Client,
     key: String,
@@ -840,7 +850,12 @@ pub struct Upload<'c> {
     buf: Vec<u8>,
     upload_id: Option<String>,
     parts: Vec<(u32, String)>,
-    hasher: Sha256,
+    /// The parts being sent, oldest first, each by a thread of its own while the writer
+    /// fills the next one: its number, and the thread, which gives back the part's ETag
+    /// and its buffer.
+    sending: std::collections::VecDeque<(u32, PartThread)>,
+    /// The SHA-256 of the object, fed by the part threads in part order.
+    chain: Arc<Chain>,
     len: u64,
     failed: Option<S3Error>,
     done: bool,
@@ -897,30 +912,67 @@ impl Upload<'_> {
         Ok(())
     }
 
+    /// Sends the full part in `buf` on a thread of its own, once fewer than
+    /// [`IN_FLIGHT`] parts are on their way: sealing the next part overlaps sending the
+    /// ones before it, and at most 1 + [`IN_FLIGHT`] parts are in memory.
     fn send_part(&mut self) -> S3Result<()> {
         if self.upload_id.is_none() {
             self.start()?;
         }
-        let number = self.parts.len() as u32 + 1;
+        let spare = if self.sending.len() >= IN_FLIGHT {
+            self.sent()?.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let number = (self.parts.len() + self.sending.len()) as u32 + 1;
+        let body = std::mem::replace(&mut self.buf, spare);
+        let (client, key) = (self.client.clone(), self.key.clone());
         let id = self.upload_id.clone().unwrap_or_default();
-        let c = self.client;
-        let req = self.req(
-            "upload",
-            "PUT",
-            vec![
-                ("partNumber".into(), number.to_string()),
-                ("uploadId".into(), id),
-            ],
-            &self.buf,
-        );
-        let resp = c.call(&req)?;
-        let etag = resp.header("etag").unwrap_or("").to_string();
-        self.parts.push((number, etag));
-        self.buf.clear();
+        let chain = self.chain.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("s3-part-{number}"))
+            .spawn(move || {
+                // Hashed before it is sent, so that no later part waits on a failed one.
+                chain.hash_in_turn(number, &body);
+                let etag = put_part(&client, &key, &id, number, &body)?;
+                Ok((etag, body))
+            })
+            .map_err(|e| {
+                self.client.err(
+                    ErrorKind::Other,
+                    "upload",
+                    Some(&self.key),
+                    format!("cannot start the thread sending part {number}: {e}"),
+                )
+            })?;
+        self.sending.push_back((number, thread));
         Ok(())
     }
 
+    /// Waits for the oldest part being sent, if any, and keeps its ETag; its buffer,
+    /// emptied, for the next part.
+    fn sent(&mut self) -> S3Result<Option<Vec<u8>>> {
+        let Some((number, thread)) = self.sending.pop_front() else {
+            return Ok(None);
+        };
+        let (etag, mut buf) = thread.join().map_err(|_| {
+            self.client.err(
+                ErrorKind::Other,
+                "upload",
+                Some(&self.key),
+                format!("the thread sending part {number} panicked"),
+            )
+        })??;
+        self.parts.push((number, etag));
+        buf.clear();
+        Ok(Some(buf))
+    }
+
     fn abort(&mut self) {
+        // A part still on its way would land after the abort and leave storage behind.
+        while !self.sending.is_empty() {
+            let _ = self.sent();
+        }
         if let Some(id) = self.upload_id.take() {
             let _ = self.client.abort_upload(&self.key, &id);
         }
@@ -943,6 +995,7 @@ impl Upload<'_> {
         }
         let c = self.client;
         if self.upload_id.is_none() {
+            self.chain.hash_in_turn(1, &self.buf);
             let mut req = self.req("upload", "PUT", Vec::new(), &self.buf);
             req.headers = self.meta.clone();
             c.call(&req)?;
@@ -950,6 +1003,7 @@ impl Upload<'_> {
             if !self.buf.is_empty() {
                 self.send_part()?;
             }
+            while self.sent()?.is_some() {}
             let mut xml = String::from("<CompleteMultipartUpload>");
             for (n, etag) in &self.parts {
                 xml.push_str(&format!(
@@ -975,8 +1029,45 @@ impl Upload<'_> {
         }
         Ok(Digest256 {
             len: self.len,
-            sha256: self.hasher.clone().finalize().into(),
+            sha256: self.chain.digest(),
         })
+    }
+}
+
+/// The SHA-256 of an upload's parts, each added by its own thread in part order: hashing
+/// leaves the writer's thread (which seals) and overlaps the sending.
+#[derive(Default)]
+struct Chain {
+    /// The number of the part to hash next (from 1), and the digest of those before it.
+    state: std::sync::Mutex<(u32, Sha256)>,
+    turn: std::sync::Condvar,
+}
+
+impl Chain {
+    /// Adds part `number` once every part before it was added.
+    fn hash_in_turn(&self, number: u32, data: &[u8]) {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while state.0 + 1 != number {
+            state = self
+                .turn
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        state.1.update(data);
+        state.0 = number;
+        self.turn.notify_all();
+    }
+
+    /// The digest of every part added.
+    fn digest(&self) -> [u8; 32] {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.1.clone().finalize().into()
     }
 }
 
@@ -989,7 +1080,6 @@ impl Write for Upload<'_> {
         let room = part - self.buf.len();
         let n = data.len().min(room);
         self.buf.extend_from_slice(&data[..n]);
-        self.hasher.update(&data[..n]);
         self.len += n as u64;
         if self.buf.len() == part {
             if let Err(e) = self.send_part() {
@@ -1011,6 +1101,23 @@ impl Drop for Upload<'_> {
             self.abort();
         }
     }
+}
+
+/// PUTs part `number` of upload `id` of `key`: its ETag.
+fn put_part(client: &Client, key: &str, id: &str, number: u32, body: &[u8]) -> S3Result<String> {
+    let req = Req {
+        op: "upload",
+        method: "PUT",
+        key: Some(key),
+        query: vec![
+            ("partNumber".into(), number.to_string()),
+            ("uploadId".into(), id.to_string()),
+        ],
+        headers: Vec::new(),
+        body,
+    };
+    let resp = client.call(&req)?;
+    Ok(resp.header("etag").unwrap_or("").to_string())
 }
 
 /// User metadata as `x-amz-meta-NAME` headers.

@@ -29,6 +29,7 @@ use crate::reason::{Failure, ReasonCode};
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{ChaCha20Poly1305, KeyInit};
 use hmac::{Hmac, Mac};
+use payload_cipher::PayloadCipher;
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -428,11 +429,11 @@ fn header_mac(file_key: &[u8; FILE_KEY], header: &[u8]) -> Hmac<Sha256> {
 }
 
 /// A chunk's nonce: its counter, big-endian in 11 bytes, then 1 for the last one.
-fn chunk_nonce(counter: u64, last: bool) -> chacha20poly1305::Nonce {
+fn chunk_nonce(counter: u64, last: bool) -> [u8; 12] {
     let mut n = [0u8; 12];
     n[3..11].copy_from_slice(&counter.to_be_bytes());
     n[11] = u8::from(last);
-    n.into()
+    n
 }
 
 /// Wraps `file_key` for `to`: the stanza's ephemeral share and body.
@@ -466,6 +467,26 @@ pub fn seal(
     recipients: &[Recipient],
     out: &mut dyn Write,
 ) -> io::Result<Sealed> {
+    let mut out = Tally::new(out);
+    let mut plain = Tally::new(plain);
+    seal_stream(&mut plain, recipients, &mut out)?;
+    let (plain_sha256, plain_len) = plain.finish();
+    let (sealed_sha256, sealed_len) = out.finish();
+    Ok(Digests {
+        plain_sha256,
+        plain_len,
+        sealed_sha256,
+        sealed_len,
+    })
+}
+
+/// [`seal`] without its digests, for a caller that hashes both sides itself (the upload
+/// hashes what it reads and what it sends): two SHA-256 passes fewer.
+pub fn seal_stream(
+    plain: &mut dyn Read,
+    recipients: &[Recipient],
+    out: &mut dyn Write,
+) -> io::Result<()> {
     if recipients.is_empty() {
         return Err(io::Error::other("no recipient to encrypt to"));
     }
@@ -492,10 +513,8 @@ pub fn seal(
         use zeroize::Zeroize;
         file_key.zeroize();
     }
-    let aead = ChaCha20Poly1305::new(&payload_key.into());
+    let aead = PayloadCipher::new(&payload_key);
 
-    let mut out = Tally::new(out);
-    let mut plain = Tally::new(plain);
     out.write_all(&header)?;
     out.write_all(&nonce)?;
     // One byte past a chunk tells whether another follows; the tag goes where it was.
@@ -503,13 +522,11 @@ pub fn seal(
     let mut have = 0;
     let mut counter = 0u64;
     loop {
-        let n = have + fill(&mut plain, &mut buf[have..CHUNK + 1])?;
+        let n = have + fill(plain, &mut buf[have..CHUNK + 1])?;
         let last = n <= CHUNK;
         let len = n.min(CHUNK);
         let next = buf[CHUNK];
-        let tag = aead
-            .encrypt_in_place_detached(&chunk_nonce(counter, last), b"", &mut buf[..len])
-            .map_err(|_| io::Error::other("cannot encrypt a chunk"))?;
+        let tag = aead.seal(&chunk_nonce(counter, last), &mut buf[..len]);
         buf[len..len + TAG].copy_from_slice(&tag);
         out.write_all(&buf[..len + TAG])?;
         if last {
@@ -519,15 +536,7 @@ pub fn seal(
         have = 1;
         counter += 1;
     }
-    out.flush()?;
-    let (plain_sha256, plain_len) = plain.finish();
-    let (sealed_sha256, sealed_len) = out.finish();
-    Ok(Digests {
-        plain_sha256,
-        plain_len,
-        sealed_sha256,
-        sealed_len,
-    })
+    out.flush()
 }
 
 /// One stanza of a header.
@@ -768,7 +777,7 @@ pub fn open(
         use zeroize::Zeroize;
         file_key.zeroize();
     }
-    let aead = ChaCha20Poly1305::new(&payload_key.into());
+    let aead = PayloadCipher::new(&payload_key);
     let mut out = Tally::new(out);
     // One byte past a sealed chunk tells whether another follows.
     let mut buf = vec![0u8; CHUNK + TAG + 1];
@@ -797,18 +806,15 @@ pub fn open(
         let len = n.min(CHUNK + TAG) - TAG;
         let next = buf[CHUNK + TAG];
         let (text, tag) = buf[..len + TAG].split_at_mut(len);
-        let tag = chacha20poly1305::Tag::clone_from_slice(tag);
-        if aead
-            .decrypt_in_place_detached(&chunk_nonce(counter, last), b"", text, &tag)
-            .is_err()
-        {
+        let tag: [u8; TAG] = (&*tag).try_into().expect("a tag is TAG bytes");
+        if aead.open(&chunk_nonce(counter, last), text, &tag).is_err() {
             // A full chunk that opens as a middle one but was the input's end: cut at a
             // chunk boundary.
             let mut copy = text.to_vec();
             let middle = last
                 && len == CHUNK
                 && aead
-                    .decrypt_in_place_detached(&chunk_nonce(counter, false), b"", &mut copy, &tag)
+                    .open(&chunk_nonce(counter, false), &mut copy, &tag)
                     .is_ok();
             return Err(if middle {
                 open_err(
@@ -1002,6 +1008,34 @@ mod bech32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The payload cipher of crates/payload-cipher seals and opens as the generic
+    /// ChaCha20-Poly1305 does (RFC 8439 section 2.8.2's key, nonce and text, without its
+    /// associated data: age uses none), and leaves a forged chunk as it was.
+    #[test]
+    fn the_payload_cipher_is_the_generic_cipher() {
+        use chacha20poly1305::aead::AeadInPlace;
+        let key: [u8; 32] = core::array::from_fn(|i| 0x80 + i as u8);
+        let nonce = [7, 0, 0, 0, 0x40, 0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47];
+        let plain = b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.".to_vec();
+        let c = PayloadCipher::new(&key);
+        let mut ours = plain.clone();
+        let tag = c.seal(&nonce, &mut ours);
+        let mut theirs = plain.clone();
+        let their_tag = ChaCha20Poly1305::new((&key).into())
+            .encrypt_in_place_detached((&nonce).into(), b"", &mut theirs)
+            .unwrap();
+        assert_eq!(ours, theirs);
+        assert_eq!(tag, <[u8; 16]>::from(their_tag));
+        assert_ne!(ours, plain);
+        let mut bad = tag;
+        bad[0] ^= 1;
+        let before = ours.clone();
+        assert!(c.open(&nonce, &mut ours, &bad).is_err());
+        assert_eq!(ours, before, "a forged chunk is left as it was");
+        c.open(&nonce, &mut ours, &tag).unwrap();
+        assert_eq!(ours, plain);
+    }
 
     /// The X25519 identity and recipient of the age specification.
     const SPEC_IDENTITY: &str =

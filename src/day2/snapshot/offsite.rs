@@ -153,9 +153,8 @@ pub fn upload(b: &BackupSettings, etcd: &Etcd, placed: &Placed<'_>) -> Result<Of
     };
     let file = placed.file;
     let mut sealer = |plain: &mut dyn std::io::Read, out: &mut dyn std::io::Write| {
-        seal::seal(plain, &recipients, out)
-            .map(|_| ())
-            .map_err(|e| bucket::stream_failure(file, e))
+        // The upload hashes both sides itself.
+        seal::seal_stream(plain, &recipients, out).map_err(|e| bucket::stream_failure(file, e))
     };
     let record = |size: u64, verified: bool| BackupUpload {
         at: Stamp::of(placed.time),
