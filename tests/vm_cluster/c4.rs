@@ -491,7 +491,8 @@ fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> 
 }
 
 /// Who led, by this member's etcd journal (`-o cat` lines after a cursor), when its etcd
-/// was first stopped (`received signal; shutting down`), starting from `leader` (the
+/// was first stopped (`received signal; shutting down`; 3.4: `received terminated signal,
+/// shutting down...`), starting from `leader` (the
 /// hex member ID that led at the cursor). raft logs every change of leader a member sees
 /// (`raft.node: ID elected leader ID at term N`, `… changed leader from ID to ID at term
 /// N`) and a loss (`lost leader`). `None` when
@@ -499,7 +500,10 @@ fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> 
 fn leader_at_first_stop(journal: &str, leader: &str) -> Option<Option<String>> {
     let mut now = Some(leader.to_string());
     for line in journal.lines() {
-        if line.contains("received signal; shutting down") {
+        // 3.5's zap line; 3.4's capnslog says `received terminated signal, shutting down...`.
+        if line.contains("received signal; shutting down")
+            || line.contains(" signal, shutting down")
+        {
             return Some(now);
         }
         if let Some(rest) = line.split(" elected leader ").nth(1) {
@@ -1076,6 +1080,13 @@ fn the_leader_at_a_members_stop_is_read_from_its_journal() {
     assert_eq!(
         leader_at_first_stop(&line("raft.node: 2e12 elected leader bb at term 3"), "aa"),
         None
+    );
+    // etcd 3.4's capnslog lines.
+    let journal = "raft: raft.node: 2e12 changed leader from aa to 2e12 at term 3\n\
+                   osutil: received terminated signal, shutting down...";
+    assert_eq!(
+        leader_at_first_stop(journal, "aa"),
+        Some(Some("2e12".into()))
     );
     // No change seen before the stop: the leader of the cursor.
     assert_eq!(leader_at_first_stop(stop, "aa"), Some(Some("aa".into())));
