@@ -1,8 +1,9 @@
 //! A small S3 client for the backups: SigV4-signed HTTP/1.1 over TLS (rustls, ring), one
-//! connection a request, bodies bounded to two parts in memory.
+//! connection a request, an upload's bodies bounded to 1 + [`IN_FLIGHT`] parts in memory.
 //!
 //! Operations: a streaming [`Upload`] (`std::io::Write`: one PUT below the part size,
-//! multipart above it, a part sent while the next is written, aborted on error or drop), [`Client::get`] into a `Write`,
+//! multipart above it, parts sent while the next is written, aborted on error or drop),
+//! [`Client::get`] into a `Write`,
 //! [`Client::head`] (user metadata), [`Client::list`] (ListObjectsV2, every page),
 //! [`Client::delete`], and the incomplete multipart uploads under a prefix
 //! ([`Client::list_uploads`], [`Client::abort_upload`]). Every error names the endpoint,

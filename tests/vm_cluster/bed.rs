@@ -476,6 +476,12 @@ impl Cluster {
              find /run/etcd-setup -mindepth 1 ! -name status.sock -delete; \
              systemctl reset-failed etcd-setup.service etcd.service 2>/dev/null; true'",
         );
+        // A recreated VM starts with the host's clock (qemu's RTC); this guest's has fallen
+        // behind under TCG over the cluster's life (c3 in CI's quiet phase: a certificate
+        // issued on the host a moment before was "not valid before" for the guest). Set
+        // it as a new boot would have it.
+        let lag = vm.clock_offset();
+        vm.ssh_ok(&format!("sudo date -u -s @{:.3} >/dev/null", unix_now()));
         let left = vm.ssh_ok(
             "sudo sh -c 'systemctl is-active etcd.service; systemctl is-enabled etcd.service; \
              ls -A /opt/bin /var/lib/etcd-setup; ls -d /var/lib/etcd'; true",
@@ -488,7 +494,7 @@ impl Cluster {
         );
         report(&format!(
             "cluster {}: {} made a fresh node in place (etcd stopped and disabled, its binaries, data and \
-             etcd-setup's state removed, the ISO left in its drive)",
+             etcd-setup's state removed, the ISO left in its drive; its clock, {lag:+.1} s off the host's, set to it)",
             self.tag, self.nodes[i].name
         ));
     }
