@@ -273,16 +273,11 @@ fn upgrade(
                 );
             }
             Turn::HandingOver => {
+                let what = "handing leadership to another member before the restart";
                 // Said, not only recorded: whoever reads the output (an operator, the VM
                 // test's leader-last check) sees which member led at its own turn.
-                eprintln!(
-                    "etcd-setup upgrade: {} leads; handing leadership to another member before the restart",
-                    node.name
-                );
-                record.set(
-                    UpgradePhase::HandingOver,
-                    "handing leadership to another member before the restart",
-                );
+                eprintln!("etcd-setup upgrade: {} leads; {what}", node.name);
+                record.set(UpgradePhase::HandingOver, what);
             }
         },
     )?;

@@ -304,7 +304,8 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
 /// No poll of a node says `failed` during its own turn (its restart was asked for: one
 /// caught mid-restart says `in-progress`, naming the upgrade); outside its turn a node
 /// may see a leader change for a moment, which is reported, and with `strict` fails the
-/// test too, as does a leader of before that did not go last. Returns the nodes' names in the order they finished.
+/// test too, as does a member other than the last that led at its own turn (by its etcd's
+/// journal) or handed leadership on. Returns the nodes' names in the order they finished.
 fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> Vec<String> {
     let (_, leader) = space(c, 0);
     let ids: Vec<(String, String, bool)> = members(c, 0);
@@ -427,16 +428,11 @@ fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> 
     // its own etcd's journal, it led, nor did it hand leadership on (the agent says so
     // when it does). Leadership may move by itself meanwhile (an election on a starved
     // guest): then the new leader goes last, which is what the rule asks.
+    let id_of = |name: &str| ids.iter().find(|m| m.0 == name).map(|m| m.1.clone());
+    let start = id_of(&leader).unwrap_or_default();
     let mut led = Vec::new();
     for (i, n) in c.nodes.iter().enumerate() {
-        let (own_id, start) = ids
-            .iter()
-            .find(|(name, _, _)| name == &n.name)
-            .map(|(_, id, _)| {
-                let leads = ids.iter().find(|m| m.0 == leader).map(|m| m.1.clone());
-                (id.clone(), leads.unwrap_or_default())
-            })
-            .expect("the node is a member");
+        let own_id = id_of(&n.name).expect("the node is a member");
         let journal = n.vm().ssh_ok(&format!(
             "sudo journalctl -u etcd -o cat --no-pager --after-cursor='{}'",
             cursors[i].trim()
@@ -492,11 +488,10 @@ fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> 
 
 /// Who led, by this member's etcd journal (`-o cat` lines after a cursor), when its etcd
 /// was first stopped (`received signal; shutting down`; 3.4: `received terminated signal,
-/// shutting down...`), starting from `leader` (the
-/// hex member ID that led at the cursor). raft logs every change of leader a member sees
-/// (`raft.node: ID elected leader ID at term N`, `… changed leader from ID to ID at term
-/// N`) and a loss (`lost leader`). `None` when
-/// no stop is in the journal; `Some(None)` when it stopped without a leader.
+/// shutting down...`), starting from `leader` (the hex member ID that led at the cursor).
+/// raft logs every change of leader a member sees (`raft.node: ID elected leader ID at
+/// term N`, `… changed leader from ID to ID at term N`) and a loss (`lost leader`).
+/// `None` when no stop is in the journal; `Some(None)` when it stopped without a leader.
 fn leader_at_first_stop(journal: &str, leader: &str) -> Option<Option<String>> {
     let mut now = Some(leader.to_string());
     for line in journal.lines() {
