@@ -37,6 +37,19 @@ pub const LOCK_TTL: Duration = Duration::from_secs(30);
 /// share of the quota, in percent: a quarter of it free, so that the alarm does not come
 /// straight back with the next writes.
 pub const RECOVERED_PERCENT: u64 = 75;
+/// How long a member may report no leader before the cluster counts as unhealthy. etcd
+/// elects within a few election timeouts (1 s by default); a leader's defragmentation on
+/// a starved guest can miss heartbeats and start one, so a run waits it out rather than
+/// failing right after its own work.
+pub const ELECTION_WAIT: Duration = Duration::from_secs(30);
+
+/// Why a survey round failed in a way that asking again may mend.
+enum Again {
+    /// The member at this client URL did not answer in time.
+    Late(String),
+    /// A member has no leader: an election is under way.
+    Electing,
+}
 
 fn unhealthy(message: String) -> Failure {
     Failure::new(ReasonCode::ClusterUnhealthy, message)
@@ -65,17 +78,28 @@ pub fn members(node: &Node) -> Result<Vec<MemberView>, Failure> {
 
 /// [`members`], and on failure the client URL of the member that did not answer, if
 /// that is why.
-fn one_round(node: &Node) -> Result<Vec<MemberView>, (Failure, Option<String>)> {
+fn one_round(node: &Node) -> Result<Vec<MemberView>, (Failure, Option<Again>)> {
     let seen = survey::survey(node, node.own_client_url().into_iter().collect(), &[]);
     if seen.list().is_none() {
-        return Err((
-            unhealthy(format!(
-                "cannot list the members: {}",
-                seen.list_error()
-                    .map_or_else(|| "no client URL to ask".to_string(), |e| e.to_string())
-            )),
-            None,
-        ));
+        let why = seen
+            .list_error()
+            .map_or_else(|| "no client URL to ask".to_string(), |e| e.to_string());
+        // etcd lists its members through raft: without a leader the list times out. The
+        // own member's status (answered locally) tells an election from other troubles.
+        let leaderless = node
+            .own_client()
+            .endpoint_status()
+            .is_ok_and(|v| v.first().is_some_and(|s| s.leader.0 == 0));
+        return Err(if leaderless {
+            (
+                unhealthy(format!(
+                    "cannot list the members: {why}; this member has no leader"
+                )),
+                Some(Again::Electing),
+            )
+        } else {
+            (unhealthy(format!("cannot list the members: {why}")), None)
+        });
     }
     let mut out = Vec::new();
     for m in seen.view(node) {
@@ -104,13 +128,13 @@ fn one_round(node: &Node) -> Result<Vec<MemberView>, (Failure, Option<String>)> 
                     "member {} at {} does not answer: {why}",
                     m.name, m.endpoint
                 )),
-                Some(m.endpoint.clone()),
+                Some(Again::Late(m.endpoint.clone())),
             ));
         };
         if status.leader.0 == 0 {
             return Err((
                 unhealthy(format!("member {} at {} has no leader", m.name, m.endpoint)),
-                None,
+                Some(Again::Electing),
             ));
         }
         out.push(m);
@@ -118,34 +142,42 @@ fn one_round(node: &Node) -> Result<Vec<MemberView>, (Failure, Option<String>)> 
     Ok(out)
 }
 
-/// [`members`] under the cluster lock, where the survey decides: a member that is late
-/// (it accepts connections but its answer did not come within etcdctl's bounds: a guest
-/// starved of CPU while three nodes' maintenances survey at once, a member still busy
-/// with a defragmentation of a NOSPACE recovery, which takes no lock) is asked again,
-/// for at most `patience` (`maintain.defrag_timeout`, the longest a member may be busy
-/// with one defragmentation). One that refuses connections (etcd down), has no leader,
-/// or no list at all fails at once, as before.
+/// [`members`] where the survey decides (under the cluster lock, and after a NOSPACE
+/// recovery's defragmentations): a member that is late (it accepts connections but its
+/// answer did not come within etcdctl's bounds: a guest starved of CPU while three
+/// nodes' maintenances survey at once, a member still busy with a defragmentation of a
+/// NOSPACE recovery, which takes no lock) is asked again, for at most `patience`
+/// (`maintain.defrag_timeout`, the longest a member may be busy with one
+/// defragmentation); a member without a leader is asked again each second for at most
+/// [`ELECTION_WAIT`]. One that refuses connections (etcd down), or no list at all,
+/// fails at once.
 fn members_answering(node: &Node, patience: Duration) -> Result<Vec<MemberView>, Failure> {
     let started = Instant::now();
+    let mut electing_since: Option<Instant> = None;
     loop {
-        match one_round(node) {
+        let (f, why) = match one_round(node) {
             Ok(v) => return Ok(v),
-            Err((f, Some(url)))
+            Err((f, Some(Again::Late(url))))
                 if started.elapsed() < patience && crate::cluster::health::listens(&url) =>
             {
-                crate::shared::output::print(&format!(
-                    "{}\n",
-                    crate::shared::printable::line(&format!(
-                        "{}; it accepts connections, so it is late, not down: asking again \
-                         ({:.0} s of {} s)",
-                        f.message,
-                        started.elapsed().as_secs_f64(),
-                        patience.as_secs()
-                    ))
-                ));
+                (f, "it accepts connections, so it is late, not down")
+            }
+            Err((f, Some(Again::Electing)))
+                if electing_since.get_or_insert_with(Instant::now).elapsed() < ELECTION_WAIT =>
+            {
+                std::thread::sleep(Duration::from_secs(1));
+                (f, "an election is under way")
             }
             Err((f, _)) => return Err(f),
-        }
+        };
+        crate::shared::output::print(&format!(
+            "{}\n",
+            crate::shared::printable::line(&format!(
+                "{}; {why}: asking again ({:.0} s)",
+                f.message,
+                started.elapsed().as_secs_f64(),
+            ))
+        ));
     }
 }
 
@@ -227,7 +259,8 @@ fn recover_nospace(
         defragment(own, &m, cfg.defrag_timeout)?;
         done.defragmented.push(m.name.clone());
     }
-    let after = self::members(node)?;
+    // Defragmenting the leader may have cost an election: wait for it.
+    let after = members_answering(node, cfg.defrag_timeout)?;
     let limit = quota / 100 * RECOVERED_PERCENT;
     if let Some(full) = after.iter().find(|m| m.db_size() >= limit) {
         return Err(Failure::new(
