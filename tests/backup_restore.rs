@@ -676,3 +676,188 @@ fn a_verify_stopped_by_sigterm_removes_its_scratch_copy() {
     bed.assert_no_scratch("SIGTERM");
     bed.assert_no_secret();
 }
+
+/// `backup.restore_when_empty` (issue 21 item 6): every member of a three-member cluster
+/// lost, the new ones start with empty data dirs and the same configuration. The first
+/// member of `initial_cluster` proves the newest backup and restores it; the second,
+/// deciding at the same time, waits for it instead of bootstrapping an empty cluster,
+/// then joins it as a learner and is promoted; the keys and the cluster ID are those of
+/// before. A folder without a backup starts a new cluster; a bucket out of reach keeps
+/// etcd off with the bucket's reason.
+#[test]
+fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
+    use etcd_setup::cluster::lifecycle::{join, Node};
+    use etcd_setup::road::from_bucket::{self, Start};
+    use etcd_setup::shared::service::ByCaller;
+    let st = store();
+    let token = "tok-when-empty";
+    let mut c = Cluster::start("3.5.16", 3, token);
+    let dir = support::scratch::dir("whenempty");
+    let (identity, recipient) = keygen(dir.path(), "identity");
+    let recipients = dir.path().join("recipients");
+    std::fs::write(&recipients, format!("{recipient}\n")).unwrap();
+    let prefix = format!("whenempty-{}/", std::process::id());
+    let config_of = |c: &Cluster, i: usize, table: &str| {
+        let d = dir.path().join(format!("node-{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        let extra = format!("[snapshot]\ndir = \"{}/snaps\"\n\n{table}", d.display());
+        c.config_file(i, &d, "", &extra)
+    };
+    let table = st.backup_table(
+        &prefix,
+        &format!(
+            "recipients_file = \"{}\"\nidentity_file = \"{}\"\nrestore_when_empty = true",
+            recipients.display(),
+            identity.display()
+        ),
+    );
+    let etcd = c.client();
+    for i in 0..KEYS {
+        etcd.put(&format!("/registry/k{i:02}"), &format!("value {i}"))
+            .unwrap();
+    }
+    let cluster = etcd.endpoint_status().unwrap()[0].cluster_id.0;
+    let snap = dir.path().join("snap.db");
+    etcd.snapshot_save(&c.client_url(0), &snap, std::time::Duration::from_secs(30))
+        .unwrap();
+    let revision = etcd.endpoint_status().unwrap()[0].revision;
+    let settings: Vec<_> = (0..3)
+        .map(|i| config::load(&config_of(&c, i, &table)).unwrap())
+        .collect();
+    let backup = settings[0].backup.clone().unwrap();
+    assert!(backup.restore_when_empty);
+    let client = Client::new(&backup, backup.credentials().unwrap()).unwrap();
+    let recips = seal::read_recipients(&recipients).unwrap();
+    let mut sealer = |r: &mut dyn Read, w: &mut dyn Write| {
+        seal::seal(r, &recips, w)
+            .map(drop)
+            .map_err(|e| Failure::new(ReasonCode::BackupFailed, e.to_string()))
+    };
+    let meta = Meta {
+        cluster,
+        member: "m1".into(),
+        revision,
+        etcd_version: c.version.clone(),
+        total_keys: etcd_setup::day2::tools::file_status(
+            &etcd_setup::backup::trial::tool_for(&c.bin, &c.version).unwrap(),
+            &snap,
+        )
+        .unwrap()
+        .total_keys,
+        time: SystemTime::now(),
+    };
+    let key = bucket::upload_snapshot(&backup, &client, &snap, &meta, &mut sealer)
+        .unwrap()
+        .key;
+
+    // Every VM gone: three fresh ones, data dirs empty, nothing serving.
+    for (i, s) in settings.iter().enumerate() {
+        c.wipe(i);
+        c.members[i].data_dir = s.data_dir.clone();
+    }
+    // The second member decides while the first restores.
+    let second = {
+        let s = settings[1].clone();
+        std::thread::spawn(move || {
+            let node = Node::from_settings(&s);
+            let mut said = Vec::new();
+            let start =
+                from_bucket::decide(&s, &node, &ByCaller, &mut |p| said.push(p.to_string()));
+            (start, said)
+        })
+    };
+    let node0 = Node::from_settings(&settings[0]);
+    assert!(from_bucket::applies(&settings[0], &node0, &None));
+    let mut said = Vec::new();
+    let start = from_bucket::decide(&settings[0], &node0, &ByCaller, &mut |p| {
+        said.push(p.to_string())
+    })
+    .unwrap();
+    println!("first member:\n  {}", said.join("\n  "));
+    let Start::Restored(shown) = &start else {
+        panic!("{start:?}")
+    };
+    assert!(shown.contains(&format!("/{key} at ")), "{shown}");
+    assert!(said.iter().any(|l| l.contains("proven in")), "{said:?}");
+    // The road starts it once with --force-new-cluster.
+    c.extra = vec!["--force-new-cluster".into()];
+    let initial = c.initial_cluster_arg();
+    c.launch(0, &initial, "new");
+    c.await_ready(0);
+    c.extra.clear();
+    let (start, said) = second.join().unwrap();
+    println!("second member:\n  {}", said.join("\n  "));
+    let Start::AsDecided(Some(plan)) = start.unwrap() else {
+        panic!("the second member did not join")
+    };
+    assert!(
+        said.iter().any(|l| l.contains("waiting for m1 to restore")),
+        "{said:?}"
+    );
+    c.launch(1, &plan.initial_cluster, plan.state.as_str());
+    c.await_ready(1);
+    let node1 = Node::from_settings(&settings[1]);
+    join::promote(
+        &node1,
+        &plan,
+        std::time::Duration::from_secs(60),
+        &mut |_| {},
+    )
+    .unwrap();
+    let both = c
+        .client()
+        .with_endpoints(vec![c.client_url(0), c.client_url(1)]);
+    let list = both.member_list().unwrap();
+    assert_eq!(list.header.cluster_id.0, cluster);
+    assert_eq!(
+        list.members.iter().filter(|m| !m.is_learner).count(),
+        2,
+        "{list:?}"
+    );
+    let one = c.client().with_endpoints(vec![c.client_url(1)]);
+    for i in 0..KEYS {
+        assert_eq!(
+            one.get(&format!("/registry/k{i:02}")).unwrap().as_deref(),
+            Some(format!("value {i}").as_bytes())
+        );
+    }
+
+    // Another cluster's configuration (another token: its own, empty folder) starts new.
+    c.kill(0);
+    c.kill(1);
+    let other = config_of(&c, 0, &table).to_string_lossy().into_owned();
+    let text = std::fs::read_to_string(&other)
+        .unwrap()
+        .replace(token, "tok-when-empty-other");
+    let other_cfg = dir.path().join("other.toml");
+    std::fs::write(&other_cfg, text).unwrap();
+    let s = config::load(&other_cfg).unwrap();
+    let _ = std::fs::remove_dir_all(&s.data_dir);
+    let mut said = Vec::new();
+    let start = from_bucket::decide(&s, &Node::from_settings(&s), &ByCaller, &mut |p| {
+        said.push(p.to_string())
+    })
+    .unwrap();
+    assert!(matches!(start, Start::AsDecided(None)), "{start:?}");
+    assert!(
+        said.last().unwrap().contains("starting a new cluster"),
+        "{said:?}"
+    );
+
+    // The store out of reach: etcd stays off, with the bucket's reason.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let text = std::fs::read_to_string(&other_cfg)
+        .unwrap()
+        .replace(st.http.as_str(), &format!("http://127.0.0.1:{port}"));
+    std::fs::write(&other_cfg, text).unwrap();
+    let s = config::load(&other_cfg).unwrap();
+    let f = from_bucket::decide(&s, &Node::from_settings(&s), &ByCaller, &mut |_| {}).unwrap_err();
+    assert_eq!(f.code, ReasonCode::BackupUnreachable, "{f}");
+    assert!(f.message.contains("etcd stays off"), "{f}");
+    let out = format!("{f}");
+    for secret in [st.secret_key(), st.access_key(), secret_of(&identity)] {
+        assert!(!out.contains(&secret));
+    }
+}

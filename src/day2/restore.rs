@@ -357,7 +357,9 @@ fn from_backup(
     let proven = backups::prove(s, b, &client, cluster, which, args.identity.as_deref())?;
     if cluster != configured {
         warn(&format!(
-            "{} is a backup of cluster {cluster:016x} (--cluster), not of this              configuration's cluster {configured:016x}; it is restored as this              configuration's cluster",
+            "{} is a backup of cluster {cluster:016x} (--cluster), not of this \
+             configuration's cluster {configured:016x}; it is restored as this \
+             configuration's cluster",
             crate::backup::fetch::shown(b, &proven.backup.backup.key)
         ));
     }

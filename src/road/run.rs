@@ -16,7 +16,7 @@ use crate::shared::config::{self, Settings};
 use crate::shared::lock::RunLock;
 use crate::shared::paths::Paths;
 use crate::shared::report::{self, Phase, Reporter, SharedReporter, State};
-use crate::shared::service::{self, Etcd, Members};
+use crate::shared::service::{self, Etcd, Members, OneShot};
 use crate::shared::systemd::{self, Systemd, Watched};
 use crate::shared::unit::{self, ETCD_UNIT};
 use std::path::Path;
@@ -190,7 +190,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
             // etcd's environment is rendered again at this start, the membership it holds
             // kept: a line nobody wrote from the settings (a one-shot flag of an older
             // agent) is gone.
-            return start_member(settings, &etcd, shared, Members::Keep, None);
+            return start_member(settings, &etcd, shared, Members::Keep, None, &[]);
         } else {
             with(shared, |r| {
                 r.progress(&format!(
@@ -202,12 +202,14 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
                 with(shared, |r| r.progress(&p.to_string()))
             })?
         };
+        let (plan, once) = from_bucket(settings, &node, &etcd, shared, plan)?;
         return start_member(
             settings,
             &etcd,
             shared,
             members(settings, plan.as_ref()),
             plan,
+            &once,
         );
     }
 
@@ -322,6 +324,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     let plan = lifecycle::start::before_start(&node, join_wait(settings), &mut |p| {
         with(shared, |r| r.progress(&p.to_string()))
     })?;
+    let (plan, once) = from_bucket(settings, &node, &etcd, shared, plan)?;
 
     start_member(
         settings,
@@ -329,6 +332,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         shared,
         members(settings, plan.as_ref()),
         plan,
+        &once,
     )?;
     if settings.eject {
         eject(&device, shared);
@@ -355,6 +359,39 @@ fn members(settings: &Settings, join: Option<&Plan>) -> Members {
     })
 }
 
+/// With `backup.restore_when_empty`, an empty member of a cluster nobody serves asks the
+/// bucket ([`from_bucket`](crate::road::from_bucket)): the plan may become a join of the
+/// cluster the first member restores, or etcd's start a one-shot `--force-new-cluster`
+/// on the data restored here. Otherwise `plan` as it is.
+fn from_bucket(
+    settings: &Settings,
+    node: &Node,
+    etcd: &Etcd,
+    shared: &SharedReporter,
+    plan: Option<Plan>,
+) -> Result<(Option<Plan>, Vec<OneShot>), Failure> {
+    if !crate::road::from_bucket::applies(settings, node, &plan) {
+        return Ok((plan, Vec::new()));
+    }
+    // The data dir is replaced only with etcd stopped; it is started by the road.
+    struct StopOnly<'a>(&'a Etcd);
+    impl service::Service for StopOnly<'_> {
+        fn stop(&self) -> Result<(), Failure> {
+            self.0.stop_unit()
+        }
+        fn start(&self) -> Result<(), Failure> {
+            Ok(())
+        }
+    }
+    let start = crate::road::from_bucket::decide(settings, node, &StopOnly(etcd), &mut |p| {
+        with(shared, |r| r.progress(p))
+    })?;
+    Ok(match start {
+        crate::road::from_bucket::Start::AsDecided(plan) => (plan, Vec::new()),
+        crate::road::from_bucket::Start::Restored(_) => (None, vec![OneShot::ForceNewCluster]),
+    })
+}
+
 /// How long a joining node waits for the cluster to allow it (a quorum of healthy voters,
 /// no other learner): the start timeout, which covers the other members booting too.
 fn join_wait(settings: &Settings) -> Duration {
@@ -371,6 +408,7 @@ fn start_member(
     shared: &SharedReporter,
     members: Members,
     join: Option<Plan>,
+    once: &[OneShot],
 ) -> Result<(), Failure> {
     let node = Node::from_settings(settings);
     let failure = match start_and_confirm(
@@ -379,6 +417,7 @@ fn start_member(
         shared,
         &members,
         join.as_ref().map(|p| (&node, p)),
+        once,
     ) {
         Ok(()) => return Ok(()),
         Err(f) => f,
@@ -401,7 +440,7 @@ fn start_member(
         return Err(failure);
     };
     let members = self::members(settings, Some(&plan));
-    start_and_confirm(settings, etcd, shared, &members, Some((&node, &plan)))
+    start_and_confirm(settings, etcd, shared, &members, Some((&node, &plan)), &[])
 }
 
 /// Starts etcd, waits for the start job (a first member of a new cluster waits here for
@@ -415,6 +454,7 @@ fn start_and_confirm(
     shared: &SharedReporter,
     members: &Members,
     join: Option<(&Node, &Plan)>,
+    once: &[OneShot],
 ) -> Result<(), Failure> {
     with(shared, |r| {
         if r.phase() == Phase::Starting {
@@ -427,9 +467,13 @@ fn start_and_confirm(
     // its start limit in an earlier run would refuse to start at once) and follows the
     // start job; a first member of a new cluster waits here for its peers, with progress.
     let peers = settings.initial_cluster.len().saturating_sub(1);
-    etcd.start_with(members, &[], &mut |waited| {
+    etcd.start_with(members, once, &mut |waited| {
         with(shared, |r| {
-            let waiting = if peers == 0 {
+            let waiting = if once.contains(&OneShot::ForceNewCluster) {
+                "etcd started once with --force-new-cluster on the restored data, waiting for \
+                 it to report ready"
+                    .to_string()
+            } else if peers == 0 {
                 "etcd started, waiting for it to report ready".to_string()
             } else {
                 format!("etcd started, waiting for quorum with its {peers} peer(s)")

@@ -91,6 +91,10 @@ pub struct BackupSettings {
     pub retain: u64,
     /// `backup.period`: at most one upload per cluster per period.
     pub period: Duration,
+    /// `backup.restore_when_empty`: a brand-new cluster whose bucket folder holds a backup
+    /// verified at upload restores itself from it (the first member of `initial_cluster`;
+    /// the others wait for it and join) instead of starting empty.
+    pub restore_when_empty: bool,
     /// The configuration file, to name in the problems of the files above.
     pub config: PathBuf,
 }
@@ -222,6 +226,15 @@ impl Checker<'_> {
                 "is shorter than the 1 min floor; one upload per cluster per period",
             ));
         }
+        let restore_when_empty =
+            self.boolean("backup.restore_when_empty", raw.restore_when_empty, false)?;
+        if restore_when_empty && encrypt && identity_file.is_none() {
+            return Err(self.err(
+                "backup.identity_file",
+                "missing: restore_when_empty = true restores from encrypted backups, which \
+                 needs the age identity on the node",
+            ));
+        }
         Ok(BackupSettings {
             endpoint,
             bucket,
@@ -236,6 +249,7 @@ impl Checker<'_> {
             identity_file,
             retain,
             period,
+            restore_when_empty,
             config: self.path.to_path_buf(),
         })
     }

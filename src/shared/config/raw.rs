@@ -303,4 +303,5 @@ pub(super) struct RawBackup {
     pub(super) identity_file: Option<Value>,
     pub(super) retain: Option<Value>,
     pub(super) period: Option<Value>,
+    pub(super) restore_when_empty: Option<Value>,
 }

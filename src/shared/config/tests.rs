@@ -137,6 +137,7 @@ fn the_documented_example_parses_to_its_typed_values() {
             identity_file: Some("/etc/etcd-setup/backup-identity".into()),
             retain: 10,
             period: Duration::from_secs(6 * 3600),
+            restore_when_empty: false,
             config: PATH.into(),
         }),
     };

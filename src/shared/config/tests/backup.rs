@@ -71,6 +71,36 @@ fn without_recipients_encrypt_false_must_be_written() {
 }
 
 #[test]
+fn restore_when_empty_is_opt_in_and_needs_the_identity_to_decrypt() {
+    assert!(!backup(MINIMAL).unwrap().backup.unwrap().restore_when_empty);
+    let msg = refused(
+        &format!("{MINIMAL}restore_when_empty = true\n"),
+        "backup.identity_file",
+    );
+    assert!(msg.contains("restore_when_empty"), "{msg}");
+    let b = backup(&format!(
+        "{MINIMAL}restore_when_empty = true\nidentity_file = \"/etc/etcd-setup/id\"\n"
+    ))
+    .unwrap()
+    .backup
+    .unwrap();
+    assert!(b.restore_when_empty);
+    // In the clear, nothing is to decrypt.
+    let clear = MINIMAL.replace("recipients_file = \"/etc/etcd-setup/recipients\"\n", "");
+    let b = backup(&format!(
+        "{clear}encrypt = false\nrestore_when_empty = true\n"
+    ))
+    .unwrap()
+    .backup
+    .unwrap();
+    assert!(b.restore_when_empty && !b.encrypt);
+    refused(
+        &format!("{MINIMAL}restore_when_empty = \"yes\"\n"),
+        "backup.restore_when_empty",
+    );
+}
+
+#[test]
 fn bad_backup_values_are_refused_naming_the_key() {
     for (old, new, key) in [
         (
