@@ -239,7 +239,7 @@ fn refuse_while_peers_run(s: &Settings) -> Result<(), Failure> {
 /// why: the fresh VMs had formed an empty cluster of the same ID, its two other members
 /// kept a quorum, and the restored member panicked on their leader's first heartbeat
 /// ("tocommit(N) is out of range [lastIndex(M)]").
-fn serving_peers(s: &Settings) -> Vec<String> {
+pub fn serving_peers(s: &Settings) -> Vec<String> {
     s.initial_cluster
         .iter()
         .filter(|(name, _)| *name != s.node_name)

@@ -50,17 +50,6 @@ pub fn applies(settings: &Settings, node: &Node, plan: &Option<Plan>) -> bool {
             .is_some_and(|b| b.restore_when_empty)
 }
 
-/// The other members of `initial_cluster` whose peer URL accepts connections.
-fn serving_peers(settings: &Settings) -> Vec<String> {
-    settings
-        .initial_cluster
-        .iter()
-        .filter(|(name, _)| *name != settings.node_name)
-        .filter(|(_, url)| crate::cluster::health::listens(url))
-        .map(|(name, url)| format!("{name} ({url})"))
-        .collect()
-}
-
 /// Decides from the bucket, when [`applies`]; `progress` gets a line for each step and
 /// wait. `stop` is called before the data dir is replaced.
 pub fn decide(
@@ -105,7 +94,7 @@ pub fn decide(
         let first = first.unwrap_or("?");
         return await_first(settings, node, first, &shown, progress).map(Start::AsDecided);
     }
-    let running = serving_peers(settings);
+    let running = restore::serving_peers(settings);
     if !running.is_empty() {
         progress(&format!(
             "restore_when_empty: {} serve(s) already: the cluster exists, nothing is \
@@ -189,7 +178,7 @@ fn await_first(
     let t = Instant::now();
     loop {
         let waited = t.elapsed();
-        if !serving_peers(settings).is_empty() {
+        if !restore::serving_peers(settings).is_empty() {
             let plan =
                 lifecycle::start::before_start(node, limit.saturating_sub(waited), &mut |p| {
                     progress(&p.to_string())
