@@ -37,6 +37,44 @@ fn secret_of(identity: &Path) -> String {
         .to_string()
 }
 
+/// Where and how a test uploads, as `snapshot` does.
+struct Upload<'a> {
+    backup: &'a BackupSettings,
+    client: &'a Client,
+    recipients: &'a Path,
+    /// The cluster whose release reads the snapshot's key count.
+    c: &'a Cluster,
+}
+
+impl Upload<'_> {
+    /// `snapshot` uploaded as the object of `cluster` at `revision` (member m1), sealed to
+    /// the recipients, with the metadata `bucket::upload_snapshot` writes; its key.
+    fn sealed(&self, snapshot: &Path, cluster: u64, revision: i64) -> String {
+        let recipients = seal::read_recipients(self.recipients).unwrap();
+        let mut sealer = |r: &mut dyn Read, w: &mut dyn Write| {
+            seal::seal(r, &recipients, w)
+                .map(drop)
+                .map_err(|e| Failure::new(ReasonCode::BackupFailed, e.to_string()))
+        };
+        let meta = Meta {
+            cluster,
+            member: "m1".into(),
+            revision,
+            etcd_version: self.c.version.clone(),
+            total_keys: etcd_setup::day2::tools::file_status(
+                &etcd_setup::backup::trial::tool_for(&self.c.bin, &self.c.version).unwrap(),
+                snapshot,
+            )
+            .unwrap()
+            .total_keys,
+            time: SystemTime::now(),
+        };
+        bucket::upload_snapshot(self.backup, self.client, snapshot, &meta, &mut sealer)
+            .unwrap()
+            .key
+    }
+}
+
 /// One member of `version` with [`KEYS`] keys of `value_kib` KiB, its configuration with
 /// `[snapshot]` and `[backup]` (objects under a prefix of this test), an identity and
 /// its recipients file.
@@ -129,28 +167,13 @@ impl Bed {
 
     /// `snapshot` uploaded as the object of `cluster`, sealed to the recipients.
     fn upload(&self, snapshot: &Path, cluster: u64, revision: i64) -> String {
-        let recipients = seal::read_recipients(&self.recipients).unwrap();
-        let mut sealer = |r: &mut dyn Read, w: &mut dyn Write| {
-            seal::seal(r, &recipients, w)
-                .map(drop)
-                .map_err(|e| Failure::new(ReasonCode::BackupFailed, e.to_string()))
+        let to = Upload {
+            backup: &self.backup,
+            client: &self.client,
+            recipients: &self.recipients,
+            c: &self.c,
         };
-        let meta = Meta {
-            cluster,
-            member: "m1".into(),
-            revision,
-            etcd_version: self.c.version.clone(),
-            total_keys: etcd_setup::day2::tools::file_status(
-                &etcd_setup::backup::trial::tool_for(&self.c.bin, &self.c.version).unwrap(),
-                snapshot,
-            )
-            .unwrap()
-            .total_keys,
-            time: SystemTime::now(),
-        };
-        bucket::upload_snapshot(&self.backup, &self.client, snapshot, &meta, &mut sealer)
-            .unwrap()
-            .key
+        to.sealed(snapshot, cluster, revision)
     }
 
     /// The binary with `args` and `--config`, its output kept.
@@ -727,28 +750,13 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
     let backup = settings[0].backup.clone().unwrap();
     assert!(backup.restore_when_empty);
     let client = Client::new(&backup, backup.credentials().unwrap()).unwrap();
-    let recips = seal::read_recipients(&recipients).unwrap();
-    let mut sealer = |r: &mut dyn Read, w: &mut dyn Write| {
-        seal::seal(r, &recips, w)
-            .map(drop)
-            .map_err(|e| Failure::new(ReasonCode::BackupFailed, e.to_string()))
-    };
-    let meta = Meta {
-        cluster,
-        member: "m1".into(),
-        revision,
-        etcd_version: c.version.clone(),
-        total_keys: etcd_setup::day2::tools::file_status(
-            &etcd_setup::backup::trial::tool_for(&c.bin, &c.version).unwrap(),
-            &snap,
-        )
-        .unwrap()
-        .total_keys,
-        time: SystemTime::now(),
-    };
-    let key = bucket::upload_snapshot(&backup, &client, &snap, &meta, &mut sealer)
-        .unwrap()
-        .key;
+    let key = Upload {
+        backup: &backup,
+        client: &client,
+        recipients: &recipients,
+        c: &c,
+    }
+    .sealed(&snap, cluster, revision);
 
     // Every VM gone: three fresh ones, data dirs empty, nothing serving.
     for (i, s) in settings.iter().enumerate() {

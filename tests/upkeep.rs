@@ -356,6 +356,19 @@ fn fragment(c: &Cluster, n: usize, value_kib: usize) {
     }
 }
 
+/// `[maintain]` thresholds that the clusters [`fragment`] makes pass.
+const MAINTAIN_LIMITS: &str = "[maintain]\nmin_db_size = \"4MiB\"\nmin_fragmented_percent = 50\n";
+
+/// `etcd-setup maintain --config cfg` started, its output piped.
+fn spawn_maintain(cfg: &Path) -> std::process::Child {
+    Command::new(BIN)
+        .args(["maintain", "--config", cfg.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Three `maintain` started at once on a fragmented three-member cluster: each member
 /// defragmented exactly once, never two at a time, the leader last.
 #[test]
@@ -363,8 +376,9 @@ fn three_maintains_at_once_defragment_one_member_at_a_time_the_leader_last() {
     let c = Cluster::start("3.5.16", 3, "tok-maintain");
     let dir = scratch();
     fragment(&c, 120, 100);
-    let limits = "[maintain]\nmin_db_size = \"4MiB\"\nmin_fragmented_percent = 50\n";
-    let cfgs: Vec<PathBuf> = (0..3).map(|i| config(&c, i, dir.path(), limits)).collect();
+    let cfgs: Vec<PathBuf> = (0..3)
+        .map(|i| config(&c, i, dir.path(), MAINTAIN_LIMITS))
+        .collect();
     let leader = {
         let s = c.client().endpoint_status().unwrap();
         let id = s[0].leader;
@@ -373,17 +387,7 @@ fn three_maintains_at_once_defragment_one_member_at_a_time_the_leader_last() {
             .map(|i| c.members[i].name.clone())
             .unwrap()
     };
-    let children: Vec<_> = cfgs
-        .iter()
-        .map(|cfg| {
-            Command::new(BIN)
-                .args(["maintain", "--config", cfg.to_str().unwrap()])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let children: Vec<_> = cfgs.iter().map(|cfg| spawn_maintain(cfg)).collect();
     let mut all = Vec::new();
     for (i, ch) in children.into_iter().enumerate() {
         let out = ch.wait_with_output().unwrap();
@@ -438,8 +442,7 @@ fn a_member_that_answers_late_under_the_lock_is_asked_again() {
     let c = Cluster::start("3.5.16", 3, "tok-late");
     let dir = scratch();
     fragment(&c, 120, 100);
-    let limits = "[maintain]\nmin_db_size = \"4MiB\"\nmin_fragmented_percent = 50\n";
-    let cfg = config(&c, 0, dir.path(), limits);
+    let cfg = config(&c, 0, dir.path(), MAINTAIN_LIMITS);
     let s = c.client().endpoint_status().unwrap();
     let leader = s[0].leader;
     // A follower that is not the node running maintain (m1), nor the leader.
@@ -452,12 +455,7 @@ fn a_member_that_answers_late_under_the_lock_is_asked_again() {
     let late = (1..3).find(|&i| ids[i] != leader).unwrap();
     let late_name = c.members[late].name.clone();
     c.signal(late, nix::sys::signal::Signal::SIGSTOP);
-    let mut child = Command::new(BIN)
-        .args(["maintain", "--config", cfg.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_maintain(&cfg);
     // Resumed when maintain says it is asking again: the event, not a sleep.
     let stdout = child.stdout.take().unwrap();
     let mut said = Vec::new();
@@ -506,16 +504,10 @@ fn a_member_without_a_leader_between_defragmentations_is_waited_for() {
     let c = Cluster::start("3.5.16", 3, "tok-elect");
     let dir = scratch();
     fragment(&c, 120, 100);
-    let limits = "[maintain]\nmin_db_size = \"4MiB\"\nmin_fragmented_percent = 50\n";
     let first = 0;
     let others: Vec<usize> = (0..3).filter(|&i| i != first).collect();
-    let cfg = config(&c, first, dir.path(), limits);
-    let mut child = Command::new(BIN)
-        .args(["maintain", "--config", cfg.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let cfg = config(&c, first, dir.path(), MAINTAIN_LIMITS);
+    let mut child = spawn_maintain(&cfg);
     let maintain = nix::unistd::Pid::from_raw(child.id() as i32);
     let own = c.client().with_endpoints(vec![c.client_url(first)]);
     let stdout = child.stdout.take().unwrap();

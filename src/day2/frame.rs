@@ -164,7 +164,7 @@ pub fn run(spec: Spec<'_>, body: impl FnOnce(&Frame) -> Result<Vec<String>, Fail
     match outcome {
         Ok(lines) => {
             for l in lines {
-                crate::shared::output::print(&format!("{}\n", printable::line(&l)));
+                crate::shared::output::line(&l);
             }
             exit::data::OK // 0 for every command
         }

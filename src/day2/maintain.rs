@@ -155,28 +155,32 @@ fn members_answering(node: &Node, patience: Duration) -> Result<Vec<MemberView>,
     let started = Instant::now();
     let mut electing_since: Option<Instant> = None;
     loop {
-        let (f, why) = match one_round(node) {
+        let (f, why, since, bound) = match one_round(node) {
             Ok(v) => return Ok(v),
             Err((f, Some(Again::Late(url))))
                 if started.elapsed() < patience && crate::cluster::health::listens(&url) =>
             {
-                (f, "it accepts connections, so it is late, not down")
+                (
+                    f,
+                    "it accepts connections, so it is late, not down",
+                    started,
+                    patience,
+                )
             }
             Err((f, Some(Again::Electing)))
                 if electing_since.get_or_insert_with(Instant::now).elapsed() < ELECTION_WAIT =>
             {
                 std::thread::sleep(Duration::from_secs(1));
-                (f, "an election is under way")
+                let since = electing_since.unwrap_or(started);
+                (f, "an election is under way", since, ELECTION_WAIT)
             }
             Err((f, _)) => return Err(f),
         };
-        crate::shared::output::print(&format!(
-            "{}\n",
-            crate::shared::printable::line(&format!(
-                "{}; {why}: asking again ({:.0} s)",
-                f.message,
-                started.elapsed().as_secs_f64(),
-            ))
+        crate::shared::output::line(&format!(
+            "{}; {why}: asking again ({:.0} s of {} s)",
+            f.message,
+            since.elapsed().as_secs_f64(),
+            bound.as_secs()
         ));
     }
 }
@@ -201,15 +205,12 @@ fn defragment(client: &Client, m: &MemberView, timeout: Duration) -> Result<(), 
         .ok()
         .and_then(|mut v| v.pop())
         .map_or("?".to_string(), |s| mib(s.db_size));
-    crate::shared::output::print(&format!(
-        "{}\n",
-        crate::shared::printable::line(&format!(
-            "defragmented {} ({role}) {}: {} -> {after} in {:.2} s [{start}..{end}]",
-            m.name,
-            m.endpoint,
-            mib(m.db_size()),
-            took.as_secs_f64()
-        ))
+    crate::shared::output::line(&format!(
+        "defragmented {} ({role}) {}: {} -> {after} in {:.2} s [{start}..{end}]",
+        m.name,
+        m.endpoint,
+        mib(m.db_size()),
+        took.as_secs_f64()
     ));
     Ok(())
 }
@@ -237,17 +238,14 @@ fn recover_nospace(
         .filter_map(|m| m.status.as_ref().map(|s| s.revision))
         .max()
         .unwrap_or(0);
-    crate::shared::output::print(&format!(
-        "{}\n",
-        crate::shared::printable::line(&format!(
-            "NOSPACE: databases {}; quota {}; compacting to revision {revision}",
-            members
-                .iter()
-                .map(|m| format!("{} {}", m.name, mib(m.db_size())))
-                .collect::<Vec<_>>()
-                .join(", "),
-            mib(quota)
-        ))
+    crate::shared::output::line(&format!(
+        "NOSPACE: databases {}; quota {}; compacting to revision {revision}",
+        members
+            .iter()
+            .map(|m| format!("{} {}", m.name, mib(m.db_size())))
+            .collect::<Vec<_>>()
+            .join(", "),
+        mib(quota)
     ));
     match own.compact(revision, true, cfg.defrag_timeout) {
         Ok(()) => {}
@@ -276,16 +274,13 @@ fn recover_nospace(
         ));
     }
     own.alarm_disarm().map_err(failed)?;
-    crate::shared::output::print(&format!(
-        "{}\n",
-        crate::shared::printable::line(&format!(
-            "disarmed NOSPACE: databases now {}",
-            after
-                .iter()
-                .map(|m| format!("{} {}", m.name, mib(m.db_size())))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
+    crate::shared::output::line(&format!(
+        "disarmed NOSPACE: databases now {}",
+        after
+            .iter()
+            .map(|m| format!("{} {}", m.name, mib(m.db_size())))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     done.disarmed = true;
     Ok(done)
@@ -386,24 +381,21 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
 
 fn print_nothing(s: &Settings, members: &[MemberView]) {
     let cfg = &s.data.maintain;
-    crate::shared::output::print(&format!(
-        "{}\n",
-        crate::shared::printable::line(&format!(
-            "nothing to defragment (threshold {} and {}% unused): {}",
-            mib(cfg.min_db_size),
-            cfg.min_fragmented_percent,
-            members
-                .iter()
-                .map(|m| format!(
-                    "{} {} ({}% unused)",
-                    m.name,
-                    mib(m.db_size()),
-                    m.fragmented_percent()
-                        .map_or("?".to_string(), |p| p.to_string())
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
+    crate::shared::output::line(&format!(
+        "nothing to defragment (threshold {} and {}% unused): {}",
+        mib(cfg.min_db_size),
+        cfg.min_fragmented_percent,
+        members
+            .iter()
+            .map(|m| format!(
+                "{} {} ({}% unused)",
+                m.name,
+                mib(m.db_size()),
+                m.fragmented_percent()
+                    .map_or("?".to_string(), |p| p.to_string())
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
 }
 

@@ -472,10 +472,7 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
                 // what was done, then fail with that reason.
                 Some(copy_failed) => {
                     for l in &lines {
-                        crate::shared::output::print(&format!(
-                            "{}\n",
-                            crate::shared::printable::line(l)
-                        ));
+                        crate::shared::output::line(l);
                     }
                     Err(copy_failed)
                 }

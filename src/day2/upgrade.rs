@@ -499,14 +499,11 @@ fn surveyed_within_rules(
         if !late || started.elapsed() >= LATE_PATIENCE {
             return Err(f);
         }
-        crate::shared::output::print(&format!(
-            "{}\n",
-            crate::shared::printable::line(&format!(
-                "{}; it accepts connections, so it is late, not down: asking again ({:.0} s of {} s)",
-                f.message,
-                started.elapsed().as_secs_f64(),
-                LATE_PATIENCE.as_secs()
-            ))
+        crate::shared::output::line(&format!(
+            "{}; it accepts connections, so it is late, not down: asking again ({:.0} s of {} s)",
+            f.message,
+            started.elapsed().as_secs_f64(),
+            LATE_PATIENCE.as_secs()
         ));
         std::thread::sleep(Duration::from_secs(1));
     }

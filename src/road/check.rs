@@ -31,7 +31,7 @@ pub fn command(args: &CheckArgs) -> u8 {
     let private = match Staging::create(&tmp) {
         Ok(s) => s,
         Err(f) => {
-            output::print(&format!("{}\n", printable::line(&f.headline())));
+            output::line(&f.headline());
             return exit::check::FAILED;
         }
     };

@@ -26,6 +26,12 @@ pub fn print(text: &str) {
     }
 }
 
+/// Prints `text` as one line ([`crate::shared::printable::line`]: nothing that could
+/// forge another line or a terminal sequence) through [`print`].
+pub fn line(text: &str) {
+    print(&format!("{}\n", crate::shared::printable::line(text)));
+}
+
 /// Whether stdout was found closed (or failing): further output is dropped.
 pub fn closed() -> bool {
     CLOSED.load(Ordering::Relaxed)
