@@ -883,6 +883,20 @@ impl Vm {
             .unwrap_or_else(|e| panic!("{name}: insert {iso}: {e}"));
     }
 
+    /// Inserts an ISO as libvirt does (`force`: the tray opened even where the guest
+    /// locked it): for the insert benchmark, whose baseline agent (97a6b61) holds the
+    /// drive open and locked while it waits, so that a plain insert meets "locked".
+    pub fn insert_cdrom_forced(&mut self, iso: &Path) {
+        let iso = iso.to_str().expect("utf-8 path").to_string();
+        let name = self.name.clone();
+        self.qmp()
+            .execute(
+                "blockdev-change-medium",
+                json!({"id": "cdrom0", "filename": iso, "format": "raw", "read-only-mode": "read-only", "force": true}),
+            )
+            .unwrap_or_else(|e| panic!("{name}: insert {iso} (forced): {e}"));
+    }
+
     /// Brings the link of the NIC with qemu device ID `nic` down or up (QMP `set_link`):
     /// the guest sees its carrier go, and no frame crosses it either way until it is up.
     pub fn set_link(&mut self, nic: &str, up: bool) {
