@@ -128,8 +128,25 @@ pub fn call(
     endpoints: &[String],
 ) -> Result<Vec<u8>, EtcdError> {
     let err = |kind, line: String| EtcdError::new(kind, what, endpoints, line);
-    // The command's bound counts from the connection, as etcdctl's from its dial.
-    let reply = post(addr, (path, body), dial, command, None);
+    // etcdctl's client retries these calls (all "repeatable" to it) while etcd answers
+    // gRPC's Unavailable (`leader changed`, `no leader` during an election), within its
+    // command timeout; so does this, with its first backoff, where it would fail at once.
+    let end = Instant::now() + command;
+    let mut by: Option<Instant> = None;
+    let reply = loop {
+        // The command's bound counts from the connection, as etcdctl's from its dial; an
+        // answer asked again comes by the first's end.
+        let reply = post(addr, (path, body), dial, command, by);
+        by = Some(end);
+        match &reply {
+            Ok(r)
+                if r.code != 200 && unavailable(&r.body) && Instant::now() + RETRY_PAUSE < end =>
+            {
+                std::thread::sleep(RETRY_PAUSE);
+            }
+            _ => break reply,
+        }
+    };
     match reply {
         Ok(Reply { code: 200, body }) => Ok(body),
         Ok(Reply { code, body }) => {
@@ -171,6 +188,19 @@ pub fn call(
             format!("{url}{path}: the answer is not HTTP"),
         )),
     }
+}
+
+/// The pause before a call etcd answered Unavailable is made again (etcd's client's
+/// first backoff).
+const RETRY_PAUSE: Duration = Duration::from_millis(25);
+
+/// Whether a gateway's error answer is gRPC's Unavailable (code 14), which etcdctl's
+/// client retries for these calls.
+fn unavailable(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("code").and_then(serde_json::Value::as_u64))
+        == Some(14)
 }
 
 /// etcd's error line in a gateway's error answer: `message` (3.4 and 3.5), else `error`
