@@ -67,7 +67,7 @@ fn one_call(addr: SocketAddr, command: Duration) -> Result<Vec<u8>, EtcdError> {
         ("/v3/maintenance/status", "{}"),
         (Duration::from_secs(2), command),
         "endpoint status",
-        &[url.clone()],
+        std::slice::from_ref(&url),
     )
 }
 
