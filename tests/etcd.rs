@@ -326,6 +326,75 @@ fn cluster_lock_on_3_5_16() {
     lock("3.5.16");
 }
 
+/// The member list, status and alarms of one member, through the JSON gateway (plain
+/// http) and through etcdctl, compared field by field: `label` says when.
+fn same_answers(
+    gateway: &Client,
+    etcdctl: &Client,
+    label: &str,
+) -> Vec<etcd_setup::cluster::etcd::Alarm> {
+    assert_eq!(
+        gateway.member_list().unwrap(),
+        etcdctl.member_list().unwrap(),
+        "member list, {label}"
+    );
+    assert_eq!(
+        gateway.endpoint_status().unwrap(),
+        etcdctl.endpoint_status().unwrap(),
+        "endpoint status, {label}"
+    );
+    let alarms = gateway.alarm_list().unwrap();
+    assert_eq!(alarms, etcdctl.alarm_list().unwrap(), "alarm list, {label}");
+    alarms
+}
+
+/// The gateway and etcdctl say the same of the same member: quiet, then under NOSPACE
+/// (the alarm, the status's error line, the put refused as `NoSpace`), then after a
+/// defragmentation through the gateway; and a learner's status says it is one.
+fn gateway_answers_as_etcdctl_does(version: &str) {
+    let c = Cluster::start_with(
+        version,
+        1,
+        "tok-gateway",
+        &["--quota-backend-bytes=2097152"],
+    );
+    let gateway = c.client();
+    let etcdctl = gateway.without_gateway();
+    assert!(same_answers(&gateway, &etcdctl, "quiet").is_empty());
+    let big = "x".repeat(100_000);
+    let mut i = 0;
+    let e = loop {
+        match gateway.put(&format!("/fill/{i}"), &big) {
+            Ok(()) => i += 1,
+            Err(e) => break e,
+        }
+        assert!(i < 200, "no NOSPACE after {i} puts");
+    };
+    assert_eq!(e.kind, ErrorKind::NoSpace, "{e}");
+    let alarms = same_answers(&gateway, &etcdctl, "under NOSPACE");
+    assert_eq!(alarms.len(), 1, "{alarms:?}");
+    assert_eq!(alarms[0].kind, AlarmKind::NoSpace);
+    let status = gateway.endpoint_status().unwrap();
+    assert!(
+        status[0].errors.iter().any(|e| e.contains("NOSPACE")),
+        "{status:?}"
+    );
+    gateway
+        .defrag(&c.client_url(0), Duration::from_secs(30))
+        .unwrap();
+    same_answers(&gateway, &etcdctl, "after a defragmentation");
+}
+
+#[test]
+fn the_gateway_answers_as_etcdctl_does_on_3_4_23() {
+    gateway_answers_as_etcdctl_does("3.4.23");
+}
+
+#[test]
+fn the_gateway_answers_as_etcdctl_does_on_3_5_16() {
+    gateway_answers_as_etcdctl_does("3.5.16");
+}
+
 #[test]
 fn an_unreachable_endpoint_fails_within_the_bound_naming_its_url() {
     let dir = support::etcd::release("3.5.16");
@@ -339,11 +408,14 @@ fn an_unreachable_endpoint_fails_within_the_bound_naming_its_url() {
     let mut client = Client::new(dir.join("etcdctl"), vec![url.clone()], None);
     client.dial_timeout = Duration::from_millis(500);
     client.command_timeout = Duration::from_secs(1);
-    let (r, took) = support::etcd::timed(|| client.member_list());
-    let e = r.unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
-    assert!(e.to_string().contains(&url), "{e}");
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // Through the gateway (plain http) and through etcdctl: the same kind, the URL named.
+    for client in [client.clone(), client.without_gateway()] {
+        let (r, took) = support::etcd::timed(|| client.member_list());
+        let e = r.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+        assert!(e.to_string().contains(&url), "{e}");
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+    }
 }
 
 /// Client TLS with client certificates: the client passes the node's files to etcdctl;

@@ -1,30 +1,50 @@
 //! How the agent speaks etcd's v3 API: the installed release's own `etcdctl`, as a
-//! bounded child process, with `-w json`.
+//! bounded child process with `-w json`, for TLS, the lock, `snapshot save` and member
+//! changes; etcd's JSON gateway in-process ([`crate::cluster::gateway`]) for the reads
+//! and the defragmentation of the upkeep (`member list`, `endpoint status`,
+//! `alarm list`, `defrag`) when every endpoint is plain `http://` and the client has no
+//! TLS files.
 //!
-//! Why etcdctl and not the gRPC gateway's JSON or gRPC itself:
-//! - **Size.** No client library goes into the static binary (3.0 MB of a 4 MiB limit):
-//!   this module and `lifecycle` together cost at most 0.34 MB (measured on a static musl
-//!   release example linking all of it against one without). A gRPC client (tonic,
-//!   prost, hyper, h2) and a TLS stack (rustls with ring, which needs a C compiler for
-//!   musl) add well over 1 MiB; the gateway would still need the TLS stack.
+//! Why etcdctl and not a gRPC client:
+//! - **Size.** No client library goes into the static binary: this module and
+//!   `lifecycle` together cost at most 0.34 MB (measured on a static musl release
+//!   example linking all of it against one without). A gRPC client (tonic, prost, hyper,
+//!   h2) adds well over 1 MiB.
 //! - **TLS with client certificates.** etcdctl takes the very files etcd is configured
-//!   with (`--cacert/--cert/--key` from [`TlsFiles`]) and speaks the TLS etcd speaks; we
-//!   do not carry a second TLS implementation whose quirks differ from the server's.
+//!   with (`--cacert/--cert/--key` from [`TlsFiles`]) and speaks the TLS etcd speaks; the
+//!   agent's own TLS stack (rustls, for S3) is not a second implementation whose quirks
+//!   we would meet on etcd's port. A client with TLS files, or any `https://` endpoint,
+//!   keeps etcdctl for every call.
 //! - **3.4 and 3.5.** The etcdctl of the installed release matches its server by
-//!   construction. The gateway's path moved (`/v3beta` in 3.3, `/v3` from 3.4) and JSON
-//!   field spellings follow the gateway's marshaller, not etcdctl's; etcdctl's JSON is Go's
-//!   `encoding/json` of the same responses in both lines (recorded outputs in
-//!   `etcd/json/tests.rs`; host tests in `tests/etcd.rs` run 3.4.23 and 3.5.x).
-//! - **The cost**: one process per call (about 10–30 ms), and a binary that must be
-//!   installed. Both fit: every day-2 operation runs after `run` installed the release,
-//!   and none is on a hot path.
+//!   construction; its JSON is Go's `encoding/json` of the same responses in both lines
+//!   (recorded outputs in `etcd/json/tests.rs`; host tests in `tests/etcd.rs` run 3.4.23
+//!   and 3.5.x).
+//! - **The lock** is etcdctl's `lock` held by a child process ([`ClusterLock`]): its
+//!   session lease is kept alive by that child and expires `ttl` seconds after it died,
+//!   even by SIGKILL of both of us; `snapshot save` streams to a file etcdctl writes and
+//!   renames; member changes are rare. These stay etcdctl.
+//!
+//! Why the gateway for the upkeep's reads and defragmentation: one child per call (about
+//! 20–30 ms each: etcdctl's start and its gRPC dial) was most of the fixed cost `maintain`
+//! added around a defragmentation (0.14–0.17 s, for a config, alarm list, member list,
+//! every member's status, the lock before, a status and the unlock after; 1.27–1.30× an
+//! `etcdctl defrag` of 0.55 s on 150 MiB) and part of what `snapshot` added around
+//! `snapshot save` (`docs/measurements.md`, "Snapshots and defragmentation"). A gateway
+//! call is one HTTP/1.0 exchange of a few ms. It answers on the client port since 3.4
+//! (`/v3`), with the proto field names etcdctl prints, 64-bit integers as strings and
+//! alarms by name (`etcd/json.rs` reads both spellings; recorded answers of 3.4.23 and
+//! 3.5.16 beside etcdctl's). Its errors carry etcd's own error line, classified as
+//! etcdctl's are, so callers decide on the same [`ErrorKind`]s: a member that takes no
+//! connection is [`ErrorKind::Unreachable`] (etcdctl: `context deadline exceeded`), one
+//! that takes it but does not answer within the command timeout is
+//! [`ErrorKind::Timeout`]; both are "late or down" to the survey, which tells the two
+//! apart by whether the member accepts connections.
 //!
 //! Every call is bounded twice: etcdctl's `--dial-timeout`/`--command-timeout`, and our
-//! deadline after which the child is killed. Output is capped; the child dies with us
-//! (`PR_SET_PDEATHSIG`). Errors are an [`EtcdError`] naming the call, the endpoint URL(s)
-//! and etcdctl's own error line. The cluster-wide lock is etcdctl's `lock` held by a child
-//! process ([`ClusterLock`]): its session lease expires `ttl` seconds after the holder
-//! died, even by SIGKILL of both of us.
+//! deadline after which the child is killed; a gateway call by the same dial timeout for
+//! its connection and the command timeout for its answer. Output is capped; the child
+//! dies with us (`PR_SET_PDEATHSIG`). Errors are an [`EtcdError`] naming the call, the
+//! endpoint URL(s) and etcd's or etcdctl's own error line.
 
 pub(crate) mod command;
 mod error;
@@ -39,7 +59,9 @@ pub use json::{
 };
 pub use lock::ClusterLock;
 
+use super::gateway;
 use crate::shared::config::TlsFiles;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -65,6 +87,8 @@ pub struct Client {
     pub dial_timeout: Duration,
     /// etcdctl's `--command-timeout`.
     pub command_timeout: Duration,
+    /// Whether plain-http calls may go through the gateway ([`Client::without_gateway`]).
+    gateway: bool,
 }
 
 fn go_duration(d: Duration) -> String {
@@ -81,6 +105,16 @@ impl Client {
             tls,
             dial_timeout: DIAL_TIMEOUT,
             command_timeout: COMMAND_TIMEOUT,
+            gateway: true,
+        }
+    }
+
+    /// The same client running etcdctl for every call, plain-http ones too (the
+    /// gateway's answers are compared with etcdctl's in `tests/etcd.rs`).
+    pub fn without_gateway(&self) -> Self {
+        Client {
+            gateway: false,
+            ..self.clone()
         }
     }
 
@@ -182,7 +216,7 @@ impl Client {
         &self,
         what: &str,
         stdout: &[u8],
-        parse: fn(&[u8]) -> Result<T, String>,
+        parse: impl Fn(&[u8]) -> Result<T, String>,
     ) -> Result<T, EtcdError> {
         parse(stdout).map_err(|e| {
             let shown: String = String::from_utf8_lossy(stdout).chars().take(200).collect();
@@ -195,9 +229,55 @@ impl Client {
         })
     }
 
-    /// `member list`: every member, learners included, and the cluster's ID.
+    /// The endpoints' addresses when this client speaks etcd's JSON gateway instead of
+    /// etcdctl ([`gateway`]): no TLS files, and every endpoint a plain `http://IP:PORT`.
+    fn plain(&self) -> Option<Vec<SocketAddr>> {
+        if !self.gateway || self.tls.is_some() || self.endpoints.is_empty() {
+            return None;
+        }
+        gateway::plain(&self.endpoints)
+    }
+
+    /// `what` through the gateway at `addrs` (this client's endpoints, in order): the
+    /// first endpoint's answer; one that takes no connection passes the call on to the
+    /// next, as etcdctl's balancer does. Bounded as etcdctl's calls are.
+    fn over_gateway(
+        &self,
+        addrs: &[SocketAddr],
+        what: &str,
+        request: (&str, &str),
+        command_timeout: Duration,
+    ) -> Result<Vec<u8>, EtcdError> {
+        let mut last = None;
+        for (url, addr) in self.endpoints.iter().zip(addrs) {
+            match gateway::call(
+                (url, *addr),
+                request,
+                (self.dial_timeout, command_timeout),
+                what,
+                &self.endpoints,
+            ) {
+                Err(e) if e.kind == ErrorKind::Unreachable => last = Some(e),
+                answer => return answer,
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            EtcdError::new(ErrorKind::Unreachable, what, &[], "no endpoint to ask")
+        }))
+    }
+
+    /// `member list`: every member, learners included, and the cluster's ID. Linearizable,
+    /// as etcdctl 3.5 asks it (3.4 serves it from the member's own view either way).
     pub fn member_list(&self) -> Result<MemberList, EtcdError> {
-        let out = self.call("member list", &["member", "list"])?;
+        let out = match self.plain() {
+            Some(addrs) => self.over_gateway(
+                &addrs,
+                "member list",
+                ("/v3/cluster/member/list", r#"{"linearizable":true}"#),
+                self.command_timeout,
+            )?,
+            None => self.call("member list", &["member", "list"])?,
+        };
         self.parsed("member list", &out, json::member_list)
     }
 
@@ -227,8 +307,22 @@ impl Client {
     /// `endpoint status` of every endpoint; any endpoint that does not answer fails the call
     /// (ask one endpoint per client to learn about each).
     pub fn endpoint_status(&self) -> Result<Vec<EndpointStatus>, EtcdError> {
-        let out = self.call("endpoint status", &["endpoint", "status"])?;
-        self.parsed("endpoint status", &out, json::endpoint_status)
+        let Some(addrs) = self.plain() else {
+            let out = self.call("endpoint status", &["endpoint", "status"])?;
+            return self.parsed("endpoint status", &out, json::endpoint_status);
+        };
+        let mut all = Vec::new();
+        for (url, addr) in self.endpoints.iter().zip(addrs) {
+            let one = self.with_endpoints(vec![url.clone()]);
+            let out = one.over_gateway(
+                &[addr],
+                "endpoint status",
+                ("/v3/maintenance/status", "{}"),
+                self.command_timeout,
+            )?;
+            all.push(one.parsed("endpoint status", &out, |b| json::status(url, b))?);
+        }
+        Ok(all)
     }
 
     /// `endpoint health` of every endpoint: one entry each, healthy or with etcdctl's
@@ -255,7 +349,15 @@ impl Client {
 
     /// `alarm list`: the cluster's active alarms.
     pub fn alarm_list(&self) -> Result<Vec<Alarm>, EtcdError> {
-        let out = self.call("alarm list", &["alarm", "list"])?;
+        let out = match self.plain() {
+            Some(addrs) => self.over_gateway(
+                &addrs,
+                "alarm list",
+                ("/v3/maintenance/alarm", r#"{"action":"GET"}"#),
+                self.command_timeout,
+            )?,
+            None => self.call("alarm list", &["alarm", "list"])?,
+        };
         self.parsed("alarm list", &out, json::alarms)
     }
 
@@ -269,6 +371,16 @@ impl Client {
     /// a large database takes a while and blocks that member meanwhile).
     pub fn defrag(&self, endpoint: &str, timeout: Duration) -> Result<(), EtcdError> {
         let one = self.with_endpoints(vec![endpoint.to_string()]);
+        if let Some(addrs) = one.plain() {
+            return one
+                .over_gateway(
+                    &addrs,
+                    "defrag",
+                    ("/v3/maintenance/defragment", "{}"),
+                    timeout,
+                )
+                .map(drop);
+        }
         let out = one.call_with("defrag", &["defrag"], timeout)?;
         one.ok("defrag", out).map(drop)
     }
@@ -487,7 +599,9 @@ Error: etcdserver: member not found
             vec!["http://127.0.0.1:1".into()],
             None,
         );
-        let e = c.member_list().unwrap_err();
+        // A call the gateway does not make (`member list` of a plain-http URL does not
+        // run etcdctl at all).
+        let e = c.alarm_disarm().unwrap_err();
         assert_eq!(e.kind, ErrorKind::Spawn);
         assert!(e.line.contains("/nonexistent/etcdctl"), "{e}");
     }

@@ -79,7 +79,8 @@ pub fn members(node: &Node) -> Result<Vec<MemberView>, Failure> {
 /// [`members`], and on failure the client URL of the member that did not answer, if
 /// that is why.
 fn one_round(node: &Node) -> Result<Vec<MemberView>, (Failure, Option<Again>)> {
-    let seen = survey::survey(node, node.own_client_url().into_iter().collect(), &[]);
+    // Sizes and leaders decide here, not health: the survey without health checks.
+    let seen = survey::survey_status(node, node.own_client_url().into_iter().collect(), &[]);
     if seen.list().is_none() {
         let why = seen
             .list_error()

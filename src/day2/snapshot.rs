@@ -7,8 +7,10 @@
 //!    link); `etcdctl snapshot save` from this member into a partial of a unique name in
 //!    its private staging folder `.staging/` (created `O_EXCL|O_NOFOLLOW` first; etcdctl
 //!    writes `….part` and renames it when the stream ended).
-//! 2. Verified: the SHA-256 trailer etcd appends, then `snapshot status` of the file
-//!    (hash, revision, total keys) with the release's etcdutl (etcdctl on 3.4).
+//! 2. Verified: the SHA-256 trailer etcd appends (hashed while etcdctl writes the
+//!    partial, finished on the final file: [`tools::Growing`]), and at the same time
+//!    `snapshot status` of the file (hash, revision, total keys) with the release's
+//!    etcdutl (etcdctl on 3.4); a bad trailer is the failure told.
 //! 3. Renamed to its name ([`names`]: cluster ID, member, UTC time to the ms, revision),
 //!    fsynced, folder fsynced; a file already of that name is moved aside
 //!    (`.replaced-<time>`), never overwritten.
@@ -210,10 +212,39 @@ fn retain(
     Ok(done)
 }
 
-/// Verifies a written snapshot: its SHA-256 trailer and etcd's own status of it.
+/// Verifies a written snapshot: its SHA-256 trailer and etcd's own status of it. The two
+/// run at once (each reads the whole file: the hash here on a thread, `snapshot status`
+/// in its child), which costs the longer of the two instead of both; a bad trailer is
+/// still the failure told, as when the trailer was checked first.
 pub fn verify(s: &Settings, file: &Path) -> Result<FileStatus, Failure> {
-    tools::check_trailer(file)?;
-    tools::file_status(ThisMember::of(s).snapshot_tool(), file)
+    verify_followed(s, file, None)
+}
+
+/// [`verify`], the trailer's hash finished from what `followed` hashed while etcdctl
+/// wrote the file ([`tools::Growing`]), when there is that.
+fn verify_followed(
+    s: &Settings,
+    file: &Path,
+    followed: Option<tools::Growing>,
+) -> Result<FileStatus, Failure> {
+    let member = ThisMember::of(s);
+    std::thread::scope(|t| {
+        let trailer = t.spawn(move || match followed {
+            Some(g) => g.finish(file),
+            None => tools::check_trailer(file),
+        });
+        let status = tools::file_status(member.snapshot_tool(), file);
+        trailer.join().unwrap_or_else(|_| {
+            Err(Failure::new(
+                ReasonCode::SnapshotCorrupt,
+                format!(
+                    "{}: the thread checking its trailer panicked",
+                    file.display()
+                ),
+            ))
+        })?;
+        status
+    })
 }
 
 /// Takes, verifies, places, copies and keeps `snapshot.retain` deep a snapshot at `now`,
@@ -245,31 +276,40 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     let (staged, part) = Staged::create(&staging, &s.node_name)?;
     drop(part);
     let partial = staged.path();
-    client
-        .snapshot_save(&endpoint, &partial, cfg.timeout)
-        .map_err(|e| {
-            let text = e.to_string();
-            if says_disk_full(&text) {
-                Failure::new(
-                    ReasonCode::DiskFull,
-                    format!(
-                        "the disk holding snapshot.dir {} is full (etcdctl: {text}); free \
+    // etcdctl writes the partial we created (the same inode, renamed into place when
+    // complete); opened first, it is hashed while it grows, so that only its end is left
+    // to hash after the save. Without it the whole file is hashed after.
+    let growing = staging.open_file(&staged.part).ok();
+    let saved = std::sync::atomic::AtomicBool::new(false);
+    let (save, followed) = std::thread::scope(|t| {
+        let follower = growing.map(|f| t.spawn(|| tools::Growing::follow(f, &saved)));
+        let save = client.snapshot_save(&endpoint, &partial, cfg.timeout);
+        saved.store(true, std::sync::atomic::Ordering::Release);
+        (save, follower.and_then(|h| h.join().ok().flatten()))
+    });
+    save.map_err(|e| {
+        let text = e.to_string();
+        if says_disk_full(&text) {
+            Failure::new(
+                ReasonCode::DiskFull,
+                format!(
+                    "the disk holding snapshot.dir {} is full (etcdctl: {text}); free \
                          space there (snapshots moved aside are in its {PRUNED}/) and run \
                          again",
-                        cfg.dir.display()
-                    ),
-                )
-            } else {
-                failed(format!(
-                    "cannot snapshot etcd at {endpoint} into {}: {text}",
                     cfg.dir.display()
-                ))
-            }
-        })?;
+                ),
+            )
+        } else {
+            failed(format!(
+                "cannot snapshot etcd at {endpoint} into {}: {text}",
+                cfg.dir.display()
+            ))
+        }
+    })?;
     let file = staging
         .open_file(&staged.name)
         .map_err(|e| Failure::io(&partial, "cannot open", e))?;
-    let status = verify(s, &partial)?;
+    let status = verify_followed(s, &partial, followed)?;
     file.set_permissions(fs::Permissions::from_mode(0o600))
         .and_then(|()| file.sync_all())
         .map_err(|e| Failure::io(&partial, "cannot sync", e))?;

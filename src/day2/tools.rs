@@ -160,6 +160,104 @@ pub fn check_trailer_if_present(file: &Path, may_lack_one: bool) -> Result<bool,
     Ok(true)
 }
 
+/// The SHA-256 of a snapshot hashed while etcdctl writes it, so that only the last
+/// part is left to hash when it is done: [`Growing::follow`] reads its partial as it
+/// grows, [`Growing::finish`] reads the rest and checks the trailer.
+///
+/// The check covers exactly the final file: `finish` compares the inode it followed
+/// with the final file's (etcdctl renames its partial, the same inode, into place), reads
+/// it to its end after the writer is gone, and counts the bytes it hashed against the
+/// final size. Anything else (another inode, a count that differs, no trailer, a digest
+/// that does not match) is handed to [`check_trailer`] of the final file, which reads it
+/// whole and says what is wrong in its own words. Measured on 162.7 MiB (the upkeep
+/// benchmark): the hash alone 0.18 s, `etcdutl snapshot status` 0.06 s, so after the
+/// save the verification cost the hash's time even with the two at once.
+pub struct Growing {
+    file: std::fs::File,
+    hasher: Sha256,
+    /// The last bytes read, at most 32: the trailer, when no more come.
+    held: Vec<u8>,
+    /// Bytes read in all.
+    read: u64,
+}
+
+impl Growing {
+    /// How long a follower waits before it looks again at a partial that did not grow.
+    const PAUSE: Duration = Duration::from_millis(2);
+
+    /// Hashes `file` (the partial, opened before the writer starts) as it grows, until
+    /// `done` is set and its end is reached. `None` when reading it failed: the caller
+    /// checks the final file whole.
+    pub fn follow(file: std::fs::File, done: &std::sync::atomic::AtomicBool) -> Option<Growing> {
+        let mut g = Growing {
+            file,
+            hasher: Sha256::new(),
+            held: Vec::with_capacity(64),
+            read: 0,
+        };
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            // Read before looking at `done`: what was written before it was set is read.
+            let finished = done.load(std::sync::atomic::Ordering::Acquire);
+            match g.file.read(&mut buf) {
+                Ok(0) if finished => return Some(g),
+                Ok(0) => std::thread::sleep(Self::PAUSE),
+                Ok(n) => g.feed(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Hashes `data` but its last 32 bytes of all read so far, which are held back.
+    fn feed(&mut self, data: &[u8]) {
+        self.read += data.len() as u64;
+        if data.len() >= 32 {
+            self.hasher.update(&self.held);
+            self.hasher.update(&data[..data.len() - 32]);
+            self.held.clear();
+            self.held.extend_from_slice(&data[data.len() - 32..]);
+        } else {
+            self.held.extend_from_slice(data);
+            let over = self.held.len().saturating_sub(32);
+            self.hasher.update(&self.held[..over]);
+            self.held.drain(..over);
+        }
+    }
+
+    /// Checks the trailer of `file`, the final snapshot (the writer gone): what was
+    /// followed when it is the same file, else (or on any doubt) [`check_trailer`].
+    pub fn finish(mut self, file: &Path) -> Result<(), Failure> {
+        use std::os::unix::fs::MetadataExt;
+        let whole = || check_trailer(file);
+        let f = open_regular(file)?;
+        let (Ok(final_meta), Ok(ours)) = (f.metadata(), self.file.metadata()) else {
+            return whole();
+        };
+        if (final_meta.dev(), final_meta.ino()) != (ours.dev(), ours.ino()) {
+            return whole();
+        }
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match self.file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.feed(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return whole(),
+            }
+        }
+        let size = match f.metadata() {
+            Ok(m) => m.len(),
+            Err(_) => return whole(),
+        };
+        if self.read != size || !has_trailer(size) || self.hasher.finalize().as_slice() != self.held
+        {
+            return whole();
+        }
+        Ok(())
+    }
+}
+
 /// How far a restore moves the revision on (etcdutl 3.5.x that has `--bump-revision`):
 /// past every revision the lost cluster may have reached after the snapshot, so that
 /// Kubernetes' watchers and caches, which remember revisions, see the restored data as
@@ -262,6 +360,81 @@ mod tests {
             &["-c".to_string(), script.to_string()],
             deadline,
         )
+    }
+
+    /// A snapshot-like file: `pages` of 512 bytes, then etcd's SHA-256 trailer (wrong
+    /// when `damaged`).
+    fn snapshot_bytes(pages: usize, damaged: bool) -> Vec<u8> {
+        let mut db: Vec<u8> = (0..pages * 512).map(|i| (i * 7 % 251) as u8).collect();
+        let mut digest = Sha256::digest(&db).to_vec();
+        if damaged {
+            digest[0] ^= 1;
+        }
+        db.extend_from_slice(&digest);
+        db
+    }
+
+    /// Writes `bytes` to `partial` in uneven pieces from another thread while a follower
+    /// hashes it, renames it to `done_name` as etcdctl does, and finishes the check there.
+    fn follow_a_writer(bytes: &[u8], dir: &Path) -> Result<(), Failure> {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let partial = dir.join("s.db.part");
+        let mut w = std::fs::File::create(&partial).unwrap();
+        let r = std::fs::File::open(&partial).unwrap();
+        let done = AtomicBool::new(false);
+        let followed = std::thread::scope(|t| {
+            let follower = t.spawn(|| Growing::follow(r, &done));
+            for piece in bytes.chunks(4099) {
+                w.write_all(piece).unwrap();
+            }
+            w.sync_all().unwrap();
+            drop(w);
+            std::fs::rename(&partial, dir.join("s.db")).unwrap();
+            done.store(true, Ordering::Release);
+            follower.join().unwrap()
+        });
+        followed
+            .expect("the partial was read")
+            .finish(&dir.join("s.db"))
+    }
+
+    #[test]
+    fn a_snapshot_hashed_while_written_passes_or_fails_as_a_whole_check_would() {
+        let dir = tempfile::tempdir().unwrap();
+        follow_a_writer(&snapshot_bytes(700, false), dir.path()).expect("a good snapshot");
+        let e = follow_a_writer(&snapshot_bytes(700, true), dir.path()).unwrap_err();
+        assert_eq!(e.code, ReasonCode::SnapshotCorrupt);
+        assert!(e.message.contains("does not match its content"), "{e:?}");
+        // Cut short, no trailer where a snapshot has one: check_trailer's own words.
+        let cut = &snapshot_bytes(700, false)[..700 * 512];
+        let e = follow_a_writer(cut, dir.path()).unwrap_err();
+        assert!(
+            e.message
+                .contains("no database with etcd's SHA-256 trailer"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_followed_file_that_is_not_the_final_one_is_checked_whole() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().unwrap();
+        // What was followed is damaged; the file at the final name is another, good one.
+        std::fs::write(dir.path().join("old"), snapshot_bytes(8, true)).unwrap();
+        let done = AtomicBool::new(true);
+        let r = std::fs::File::open(dir.path().join("old")).unwrap();
+        let followed = Growing::follow(r, &done).unwrap();
+        std::fs::write(dir.path().join("s.db"), snapshot_bytes(9, false)).unwrap();
+        followed
+            .finish(&dir.path().join("s.db"))
+            .expect("the final file is good");
+        // And the other way round: followed good, final damaged.
+        std::fs::write(dir.path().join("good"), snapshot_bytes(8, false)).unwrap();
+        let r = std::fs::File::open(dir.path().join("good")).unwrap();
+        let followed = Growing::follow(r, &done).unwrap();
+        std::fs::write(dir.path().join("bad.db"), snapshot_bytes(8, true)).unwrap();
+        assert!(followed.finish(&dir.path().join("bad.db")).is_err());
     }
 
     /// 8 MiB on stdout and on stderr, twice each cap: a runner that stops reading at

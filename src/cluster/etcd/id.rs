@@ -15,9 +15,15 @@ use sha1::{Digest, Sha1};
 use std::fmt;
 
 /// A member's or a cluster's ID.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Id(pub u64);
+
+/// A JSON number (etcdctl) or a decimal string (the gateway), read exactly.
+impl<'de> serde::Deserialize<'de> for Id {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
+        super::json::number(d).map(Id)
+    }
+}
 
 impl fmt::Display for Id {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

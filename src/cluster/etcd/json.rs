@@ -1,13 +1,54 @@
-//! etcdctl's `-w json` output, 3.4 and 3.5, read into our own types.
+//! etcd's JSON answers, 3.4 and 3.5, read into our own types: etcdctl's `-w json` output
+//! and the JSON gateway's ([`crate::cluster::gateway`]) answers to the same calls.
 //!
-//! etcdctl prints Go's `encoding/json` of the gRPC responses: fields with their zero value
-//! are left out (`name` of a member that never started, `isLearner` of a voter,
+//! Both print the gRPC responses with the proto field names (`header.cluster_id`,
+//! `dbSize`, `isLearner`, `ID`, `peerURLs`, `memberID`, `alarm`) and leave out fields at
+//! their zero value (`name` of a member that never started, `isLearner` of a voter,
 //! `clientURLs`, the whole `header` of an empty 3.4 `alarm list`), so every field but the
-//! IDs is optional here. IDs are unsigned 64-bit numbers in the JSON and are read exactly
-//! (serde_json reads integers without going through f64).
+//! IDs is optional here. They differ in two spellings, and both are read: etcdctl (Go's
+//! `encoding/json`) writes 64-bit integers as numbers and an alarm as its number
+//! (`"alarm":1`); the gateway (protobuf's JSON mapping) writes 64-bit integers as strings
+//! (`"dbSize":"20480"`) and an alarm as its enum name (`"alarm":"NOSPACE"`). IDs are
+//! read exactly either way (serde_json reads integers without going through f64).
 
 use super::id::Id;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+use std::fmt::Display;
+use std::str::FromStr;
+
+/// A 64-bit integer written as a JSON number (etcdctl) or as a decimal string (the
+/// gateway).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumberOrString<T> {
+    Number(T),
+    String(String),
+}
+
+/// Reads a 64-bit integer that is a JSON number or a decimal string.
+pub(super) fn number<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + FromStr,
+    T::Err: Display,
+{
+    match NumberOrString::<T>::deserialize(d)? {
+        NumberOrString::Number(n) => Ok(n),
+        NumberOrString::String(s) => s
+            .parse()
+            .map_err(|e| serde::de::Error::custom(format!("{s:?} is no integer: {e}"))),
+    }
+}
+
+/// [`number`] of a field that may be absent (`None`, not zero).
+fn some_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + FromStr,
+    T::Err: Display,
+{
+    number(d).map(Some)
+}
 
 /// One member as `member list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -46,10 +87,10 @@ pub struct Header {
     /// The member that answered.
     pub member_id: Id,
     /// The store's revision (absent from membership answers).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "number")]
     pub revision: i64,
     /// The raft term.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "number")]
     pub raft_term: u64,
 }
 
@@ -168,17 +209,17 @@ struct RawStatus {
     header: Header,
     #[serde(default)]
     version: String,
-    #[serde(rename = "dbSize", default)]
+    #[serde(rename = "dbSize", default, deserialize_with = "number")]
     db_size: u64,
-    #[serde(rename = "dbSizeInUse")]
+    #[serde(rename = "dbSizeInUse", default, deserialize_with = "some_number")]
     db_size_in_use: Option<u64>,
     #[serde(default)]
     leader: Id,
-    #[serde(rename = "raftIndex", default)]
+    #[serde(rename = "raftIndex", default, deserialize_with = "number")]
     raft_index: u64,
-    #[serde(rename = "raftTerm", default)]
+    #[serde(rename = "raftTerm", default, deserialize_with = "number")]
     raft_term: u64,
-    #[serde(rename = "raftAppliedIndex")]
+    #[serde(rename = "raftAppliedIndex", default, deserialize_with = "some_number")]
     raft_applied_index: Option<u64>,
     #[serde(rename = "isLearner", default)]
     is_learner: bool,
@@ -269,7 +310,7 @@ struct RawKv {
     key: String,
     #[serde(default)]
     value: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "number")]
     mod_revision: i64,
 }
 
@@ -288,22 +329,33 @@ pub fn endpoint_status(json: &[u8]) -> Result<Vec<EndpointStatus>, String> {
     let raw: Vec<RawEndpointStatus> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
     Ok(raw
         .into_iter()
-        .map(|r| EndpointStatus {
-            endpoint: r.endpoint,
-            cluster_id: r.status.header.cluster_id,
-            member_id: r.status.header.member_id,
-            revision: r.status.header.revision,
-            version: r.status.version,
-            db_size: r.status.db_size,
-            db_size_in_use: r.status.db_size_in_use,
-            leader: r.status.leader,
-            raft_index: r.status.raft_index,
-            raft_term: r.status.raft_term,
-            raft_applied_index: r.status.raft_applied_index,
-            is_learner: r.status.is_learner,
-            errors: r.status.errors,
-        })
+        .map(|r| from_raw(r.endpoint, r.status))
         .collect())
+}
+
+/// Parses the gateway's maintenance status of the member at `endpoint` (the `Status`
+/// part of an `endpoint status` entry, alone).
+pub fn status(endpoint: &str, json: &[u8]) -> Result<EndpointStatus, String> {
+    let raw: RawStatus = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    Ok(from_raw(endpoint.to_string(), raw))
+}
+
+fn from_raw(endpoint: String, s: RawStatus) -> EndpointStatus {
+    EndpointStatus {
+        endpoint,
+        cluster_id: s.header.cluster_id,
+        member_id: s.header.member_id,
+        revision: s.header.revision,
+        version: s.version,
+        db_size: s.db_size,
+        db_size_in_use: s.db_size_in_use,
+        leader: s.leader,
+        raft_index: s.raft_index,
+        raft_term: s.raft_term,
+        raft_applied_index: s.raft_applied_index,
+        is_learner: s.is_learner,
+        errors: s.errors,
+    }
 }
 
 /// Parses an `endpoint health` answer.
@@ -324,6 +376,8 @@ pub fn alarms(json: &[u8]) -> Result<Vec<Alarm>, String> {
                 serde_json::Value::Number(n) if n.as_i64() == Some(2) => AlarmKind::Corrupt,
                 serde_json::Value::String(s) if s == "NOSPACE" => AlarmKind::NoSpace,
                 serde_json::Value::String(s) if s == "CORRUPT" => AlarmKind::Corrupt,
+                // The gateway's names of the other types (etcd's AlarmType enum).
+                serde_json::Value::String(s) if s == "NONE" => AlarmKind::Other(0),
                 other => AlarmKind::Other(other.as_i64().unwrap_or(-1)),
             },
         })

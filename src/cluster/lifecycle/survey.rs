@@ -197,6 +197,21 @@ impl Survey {
 /// for its status and health (all at once). `skip` members are not asked (this node
 /// while its etcd is stopped).
 pub fn survey(node: &Node, urls: Vec<String>, skip: &[Id]) -> Survey {
+    survey_with(node, urls, skip, true)
+}
+
+/// [`survey`] without the health checks: the member list and every member's status, for
+/// a caller that decides on sizes and leaders only (`maintain`). No voter's health is
+/// asked, so [`Answer::health`] is `None` and [`MemberView::healthy`] false for every
+/// member; [`Survey::health`] is judged as a learner's is (a status with a leader).
+/// With plain-http client URLs every call of it goes through the gateway: `endpoint
+/// health` is an etcdctl child per member (its 3.5 alarm check and 3.4's lack of one
+/// are etcdctl's own), and maintain's fixed cost was mostly such children.
+pub fn survey_status(node: &Node, urls: Vec<String>, skip: &[Id]) -> Survey {
+    survey_with(node, urls, skip, false)
+}
+
+fn survey_with(node: &Node, urls: Vec<String>, skip: &[Id], ask_health: bool) -> Survey {
     let peers = etcd::each_endpoint(&node.client(urls), |c| c.member_list());
     let mut survey = Survey {
         peers,
@@ -228,11 +243,12 @@ pub fn survey(node: &Node, urls: Vec<String>, skip: &[Id]) -> Survey {
             .filter(|m| !m.client_urls.is_empty())
             .map(|m| {
                 let client = node.client(m.client_urls.clone());
-                let learner = m.is_learner;
+                // A learner serves no linearizable read, which the health check makes.
+                let check_health = ask_health && !m.is_learner;
                 let id = m.id;
                 s.spawn(move || {
                     let (health, status) = std::thread::scope(|t| {
-                        let health = (!learner).then(|| t.spawn(|| client.endpoint_health()));
+                        let health = check_health.then(|| t.spawn(|| client.endpoint_health()));
                         let status = client.endpoint_status();
                         (health.map(|h| join_or_panicked(h, &client)), status)
                     });

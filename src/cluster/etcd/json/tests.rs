@@ -137,3 +137,89 @@ fn endpoint_status_of_a_member_without_leader_says_so() {
     assert_eq!(s.leader, Id(0));
     assert_eq!(s.errors, ["etcdserver: no leader"]);
 }
+
+// The same member asked through etcdctl `-w json` and the JSON gateway (`curl -0 -X POST`),
+// one after the other: 3.4.23 and 3.5.16 on loopback, under NOSPACE.
+const GW_LIST_34: &str = r#"{"header":{"cluster_id":"6001611773266757492","member_id":"13049071153751544597","raft_term":"2"},"members":[{"ID":"13049071153751544597","name":"n1","peerURLs":["http://127.0.0.1:24380"],"clientURLs":["http://127.0.0.1:24379"]}]}"#;
+const CTL_LIST_34: &str = r#"{"header":{"cluster_id":6001611773266757492,"member_id":13049071153751544597,"raft_term":2},"members":[{"ID":13049071153751544597,"name":"n1","peerURLs":["http://127.0.0.1:24380"],"clientURLs":["http://127.0.0.1:24379"]}]}"#;
+const GW_LIST_35: &str = r#"{"header":{"cluster_id":"2375181864447732657", "member_id":"9368506742490709939", "raft_term":"2"}, "members":[{"ID":"9368506742490709939", "name":"n1", "peerURLs":["http://127.0.0.1:25380"], "clientURLs":["http://127.0.0.1:25379"]}]}"#;
+const CTL_LIST_35: &str = r#"{"header":{"cluster_id":2375181864447732657,"member_id":9368506742490709939,"raft_term":2},"members":[{"ID":9368506742490709939,"name":"n1","peerURLs":["http://127.0.0.1:25380"],"clientURLs":["http://127.0.0.1:25379"]}]}"#;
+const GW_STATUS_34: &str = r#"{"header":{"cluster_id":"6001611773266757492","member_id":"13049071153751544597","revision":"19","raft_term":"2"},"version":"3.4.23","dbSize":"1830912","leader":"13049071153751544597","raftIndex":"27","raftTerm":"2","raftAppliedIndex":"27","errors":["memberID:13049071153751544597 alarm:NOSPACE "],"dbSizeInUse":"1822720"}"#;
+const CTL_STATUS_34: &str = r#"[{"Endpoint":"http://127.0.0.1:24379","Status":{"header":{"cluster_id":6001611773266757492,"member_id":13049071153751544597,"revision":19,"raft_term":2},"version":"3.4.23","dbSize":1830912,"leader":13049071153751544597,"raftIndex":27,"raftTerm":2,"raftAppliedIndex":27,"errors":["memberID:13049071153751544597 alarm:NOSPACE "],"dbSizeInUse":1822720}}]"#;
+const GW_STATUS_35: &str = r#"{"header":{"cluster_id":"2375181864447732657", "member_id":"9368506742490709939", "revision":"21", "raft_term":"2"}, "version":"3.5.16", "dbSize":"2031616", "leader":"9368506742490709939", "raftIndex":"30", "raftTerm":"2", "raftAppliedIndex":"30", "errors":["memberID:9368506742490709939 alarm:NOSPACE "], "dbSizeInUse":"2023424"}"#;
+const CTL_STATUS_35: &str = r#"[{"Endpoint":"http://127.0.0.1:25379","Status":{"header":{"cluster_id":2375181864447732657,"member_id":9368506742490709939,"revision":21,"raft_term":2},"version":"3.5.16","dbSize":2031616,"leader":9368506742490709939,"raftIndex":30,"raftTerm":2,"raftAppliedIndex":30,"errors":["memberID:9368506742490709939 alarm:NOSPACE "],"dbSizeInUse":2023424}}]"#;
+const GW_ALARMS_34_EMPTY: &str = "{}";
+const GW_ALARMS_35_EMPTY: &str = r#"{"header":{"cluster_id":"2375181864447732657", "member_id":"9368506742490709939", "revision":"1", "raft_term":"2"}}"#;
+const GW_ALARMS_34: &str = r#"{"alarms":[{"memberID":"13049071153751544597","alarm":"NOSPACE"}]}"#;
+const CTL_ALARMS_34: &str = r#"{"alarms":[{"memberID":13049071153751544597,"alarm":1}]}"#;
+const GW_ALARMS_35: &str = r#"{"header":{"cluster_id":"2375181864447732657", "member_id":"9368506742490709939", "revision":"21", "raft_term":"2"}, "alarms":[{"memberID":"9368506742490709939", "alarm":"NOSPACE"}]}"#;
+const CTL_ALARMS_35: &str = r#"{"header":{"cluster_id":2375181864447732657,"member_id":9368506742490709939,"revision":21,"raft_term":2},"alarms":[{"memberID":9368506742490709939,"alarm":1}]}"#;
+
+#[test]
+fn the_gateways_member_lists_read_as_etcdctls_with_exact_ids() {
+    for (gw, ctl) in [(GW_LIST_34, CTL_LIST_34), (GW_LIST_35, CTL_LIST_35)] {
+        let list = member_list(gw.as_bytes()).unwrap();
+        assert_eq!(list, member_list(ctl.as_bytes()).unwrap());
+        assert_eq!(list.members.len(), 1);
+        assert_eq!(list.members[0].name, "n1");
+    }
+    // Above i64::MAX, from a string: read exactly.
+    let list = member_list(GW_LIST_34.as_bytes()).unwrap();
+    assert_eq!(list.members[0].id, Id(13049071153751544597));
+    assert_eq!(list.header.cluster_id, Id(6001611773266757492));
+}
+
+#[test]
+fn the_gateways_statuses_read_as_etcdctls_with_sizes_leader_and_alarms() {
+    for (gw, ctl, url) in [
+        (GW_STATUS_34, CTL_STATUS_34, "http://127.0.0.1:24379"),
+        (GW_STATUS_35, CTL_STATUS_35, "http://127.0.0.1:25379"),
+    ] {
+        let s = status(url, gw.as_bytes()).unwrap();
+        assert_eq!(s, endpoint_status(ctl.as_bytes()).unwrap()[0]);
+        assert_eq!(s.leader, s.member_id);
+        assert!(s.errors[0].contains("alarm:NOSPACE"), "{s:?}");
+        assert!(s.db_size_in_use.is_some() && s.raft_applied_index.is_some());
+    }
+    let s = status("http://127.0.0.1:25379", GW_STATUS_35.as_bytes()).unwrap();
+    assert_eq!(s.db_size, 2031616);
+    assert_eq!(s.db_size_in_use, Some(2023424));
+    assert_eq!(s.revision, 21);
+    assert_eq!(s.version, "3.5.16");
+    // Left out at zero: no leader is Id(0), an absent size in use is unknown.
+    let s = status(
+        "http://127.0.0.1:25379",
+        GW_STATUS_35
+            .replace(r#""leader":"9368506742490709939", "#, "")
+            .replace(r#", "dbSizeInUse":"2023424""#, "")
+            .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(s.leader, Id(0));
+    assert_eq!(s.db_size_in_use, None);
+}
+
+#[test]
+fn the_gateways_alarms_by_name_read_as_etcdctls_by_number() {
+    assert!(alarms(GW_ALARMS_34_EMPTY.as_bytes()).unwrap().is_empty());
+    assert!(alarms(GW_ALARMS_35_EMPTY.as_bytes()).unwrap().is_empty());
+    for (gw, ctl) in [(GW_ALARMS_34, CTL_ALARMS_34), (GW_ALARMS_35, CTL_ALARMS_35)] {
+        let a = alarms(gw.as_bytes()).unwrap();
+        assert_eq!(a, alarms(ctl.as_bytes()).unwrap());
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].kind, AlarmKind::NoSpace);
+    }
+    let corrupt = GW_ALARMS_35.replace("NOSPACE", "CORRUPT");
+    assert_eq!(
+        alarms(corrupt.as_bytes()).unwrap()[0].kind,
+        AlarmKind::Corrupt
+    );
+}
+
+#[test]
+fn an_integer_string_that_is_no_integer_is_an_error() {
+    let bad = GW_STATUS_35.replace(r#""dbSize":"2031616""#, r#""dbSize":"2 MiB""#);
+    let e = status("http://127.0.0.1:25379", bad.as_bytes()).unwrap_err();
+    assert!(!e.is_empty());
+    assert!(member_list(br#"{"header":{"cluster_id":"-1","member_id":"1"}}"#).is_err());
+}
