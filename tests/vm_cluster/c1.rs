@@ -1,9 +1,8 @@
 //! Cluster c1, as the platform renders it: formed one ISO insert after another, etcdctl's
 //! view, status against systemctl, a crash loop; then a node recreated rejoins, leaves,
 //! a second leave is refused, and that node, made fresh in place with another cluster's
-//! token, is refused. Then
-//! (with `ETCD_SETUP_VM_UNPROVEN=1`, until it has passed on a VM) off-node backups and a
-//! total loss recovered from the bucket ([`crate::offsite`]).
+//! token, is refused. Then off-node backups and a total loss recovered from the bucket
+//! ([`crate::offsite`]).
 
 use crate::bed::*;
 use crate::support::vm::{report, unix_now};
@@ -43,17 +42,11 @@ fn status_against_is_active(node: &Node) -> (f64, f64) {
 /// loop on one node.
 pub fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     // Issue 21's scenario at the end needs the store on the host, reached by every node
-    // through a NIC of its own given at boot: both only when it runs.
+    // through a NIC of its own given at boot.
     // ETCD_SETUP_VM_C1=offsite: the cluster formed, then that scenario alone, c1's others
     // left out (they take ten minutes under TCG before it starts).
     let only_offsite = std::env::var("ETCD_SETUP_VM_C1").as_deref() == Ok("offsite");
-    let offsite =
-        only_offsite || crate::run_unproven("c1", "c1's off-node backups and total-loss recovery");
-    let forwards = if offsite {
-        crate::offsite::forwards()
-    } else {
-        Vec::new()
-    };
+    let forwards = crate::offsite::forwards();
     let mut c = Cluster::boot_with_forwards("c1", None, AS_RENDERED, forwards);
     let zero = c.zero;
     await_all_waiting_for_iso(&c, 0.0);
@@ -172,9 +165,7 @@ pub fn three_nodes_form_a_cluster_and_a_crash_loop_is_reported() {
     ));
 
     rejoin_leave_and_a_foreign_token(&mut c);
-    if offsite {
-        crate::offsite::off_node_backups_and_total_loss(&mut c);
-    }
+    crate::offsite::off_node_backups_and_total_loss(&mut c);
 }
 
 /// Day 2 on cluster c1 (issue 11): node 3's VM is recreated with the same cloud-config

@@ -49,19 +49,3 @@ fn a_tls_cluster_forms_and_a_node_with_a_foreign_ca_is_refused_by_its_peers() {
 fn c4_bad_iso_mended_upgrade_3_4_to_3_5_nospace_maintain_and_restore() {
     c4::c4_bad_iso_mended_upgrade_3_4_to_3_5_nospace_maintain_and_restore();
 }
-
-/// Whether to run a scenario not yet proven on a VM under `tests/run`'s load (never passed,
-/// or passed only on a quiet bed): only with `ETCD_SETUP_VM_UNPROVEN=1` (all of them) or
-/// a comma-separated list of their clusters (`c1`, `c1,c4`), so that CI keeps to what
-/// has held here; the skip is reported, never hidden.
-pub fn run_unproven(cluster: &str, what: &str) -> bool {
-    let asked = std::env::var("ETCD_SETUP_VM_UNPROVEN").unwrap_or_default();
-    let run = asked == "1" || asked.split(',').any(|c| c.trim() == cluster);
-    if !run {
-        support::vm::report(&format!(
-            "skipped (not yet proven on a VM under load; ETCD_SETUP_VM_UNPROVEN=1 or \
-             ={cluster} runs it): {what}"
-        ));
-    }
-    run
-}
