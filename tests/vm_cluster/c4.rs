@@ -304,7 +304,8 @@ fn three_nodes_upgrade_from_3_4_to_3_5_one_at_a_time_and_a_bad_release_is_rolled
 /// No poll of a node says `failed` during its own turn (its restart was asked for: one
 /// caught mid-restart says `in-progress`, naming the upgrade); outside its turn a node
 /// may see a leader change for a moment, which is reported, and with `strict` fails the
-/// test too, as does a member other than the last that led at its own turn (by its etcd's
+/// test too (all but one momentary stall a node, running again at its next poll with no
+/// restart), as does a member other than the last that led at its own turn (by its etcd's
 /// journal) or handed leadership on. Returns the nodes' names in the order they finished.
 fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> Vec<String> {
     let (_, leader) = space(c, 0);
@@ -388,14 +389,38 @@ fn upgrade_all_at_once(c: &mut Cluster, iso: &std::path::Path, strict: bool) -> 
                 s.verdict == "in-progress" && s.progress.starts_with("etcd-setup upgrade (pid ")
             })
             .collect();
-        let elsewhere: Vec<String> = samples
-            .iter()
-            .filter(|s| s.at >= t0 && s.at <= ends[2].0 && (s.at <= begin || s.at > *end))
-            .filter(|s| s.verdict == "failed")
-            .map(|s| format!("+{:.1} s {}: {}", s.at - t0, s.reason, s.message))
-            .collect();
+        // A poll outside the turn that found the member's quorum read stalled (etcd active,
+        // no restart, no alarm: `/health` silent or false through the status's nine seconds
+        // of patience) while the next poll found it running again is momentary: under CI's
+        // load (eight TCG guests on two cores) a follower once stalled that long while
+        // another member restarted. Everything else failing outside the turn is not.
+        let window = |s: &Sample| s.at >= t0 && s.at <= ends[2].0 && (s.at <= begin || s.at > *end);
+        let mut elsewhere: Vec<String> = Vec::new();
+        let mut momentary: Vec<String> = Vec::new();
+        for (k, s) in samples.iter().enumerate() {
+            if !window(s) || s.verdict != "failed" {
+                continue;
+            }
+            let shown = format!("+{:.1} s {}: {}", s.at - t0, s.reason, s.message);
+            let stalled = s.reason == "etcd-unhealthy"
+                && s.message.contains("is active but its health check says")
+                && !s.message.contains("ALARM");
+            let before = k.checked_sub(1).map(|j| &samples[j]);
+            let after = samples.get(k + 1);
+            let recovered = after.is_some_and(|a| {
+                a.verdict == "running" && before.is_some_and(|b| b.restarts == a.restarts)
+            });
+            if stalled && recovered {
+                momentary.push(shown);
+            } else {
+                elsewhere.push(shown);
+            }
+        }
+        if momentary.len() > 1 {
+            elsewhere.append(&mut momentary);
+        }
         report(&format!(
-            "cluster c4: {name} held the turn +{:.1}..+{:.1} s ({:.1} s): {} polls, {} failed, {} in-progress on purpose{}; failed outside its turn: {elsewhere:?}",
+            "cluster c4: {name} held the turn +{:.1}..+{:.1} s ({:.1} s): {} polls, {} failed, {} in-progress on purpose{}; failed outside its turn: {elsewhere:?}; a momentary stall outside its turn (at most one allowed): {momentary:?}",
             begin - t0,
             end - t0,
             end - begin,
