@@ -27,7 +27,7 @@ use support::vm::{report, unix_now, Remote, Vm, HOST_SERVICES, STORE_NIC};
 const GUEST_PORT: u16 = 7480;
 /// The data set: keys, their values' mean size (uniform in ½..1½ of it), keys a txn.
 /// 10 KiB values make the issue's ≥ 100 MiB database (a 117 MB object), and the scenario
-/// 26 min under TCG; tests/run asks for smaller ones ([`value_bytes`]) to keep CI's hour.
+/// 26 min under TCG; tests/run asks for smaller ones ([`value_bytes`]) for CI's time.
 const KEYS: usize = 10_240;
 const VALUE_BYTES: usize = 10_240;
 const BATCH: usize = 64;
@@ -46,6 +46,7 @@ fn value_bytes() -> usize {
             }),
     }
 }
+
 /// Where every node keeps the store's keys and the age recipients.
 const DIR: &str = "/etc/etcd-setup/backup";
 /// Where the identity goes on the one node that needs it, for one command.
