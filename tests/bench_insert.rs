@@ -127,6 +127,23 @@ fn paused(vm: &mut Vm, pause: bool) {
         .unwrap_or_else(|e| panic!("{}: {command}: {e}", vm.name));
 }
 
+/// [`measure`] on `vm` with `other` (the VM not measured, if any) paused meanwhile.
+fn measure_alone(
+    vm: &mut Vm,
+    mut other: Option<&mut Vm>,
+    iso: &std::path::Path,
+    label: &str,
+) -> Vec<(String, f64)> {
+    if let Some(o) = other.as_deref_mut() {
+        paused(o, true);
+    }
+    let run = measure(vm, iso, label);
+    if let Some(o) = other {
+        paused(o, false);
+    }
+    run
+}
+
 fn at(run: &[(String, f64)], name: &str) -> Option<f64> {
     run.iter().find(|(n, _)| n == name).map(|(_, t)| *t)
 }
@@ -222,21 +239,19 @@ fn insert_to_healthy_medians_and_the_step_breakdown() {
             // two vCPUs took half a host core, and the first run of this benchmark (both
             // running) spread one image's archive pass from 3.7 to 7.2 s.
             match (&mut base_vm, base_turn) {
-                (Some(vm), true) => {
-                    paused(&mut new_vm, true);
-                    base_runs.push(measure(vm, &iso, &format!("baseline run {}", i + 1)));
-                    paused(&mut new_vm, false);
-                }
+                (Some(vm), true) => base_runs.push(measure_alone(
+                    vm,
+                    Some(&mut new_vm),
+                    &iso,
+                    &format!("baseline run {}", i + 1),
+                )),
                 (None, true) => {}
-                (base, false) => {
-                    if let Some(b) = base.as_mut() {
-                        paused(b, true);
-                    }
-                    new_runs.push(measure(&mut new_vm, &iso, &format!("run {}", i + 1)));
-                    if let Some(b) = base.as_mut() {
-                        paused(b, false);
-                    }
-                }
+                (base, false) => new_runs.push(measure_alone(
+                    &mut new_vm,
+                    base.as_mut(),
+                    &iso,
+                    &format!("run {}", i + 1),
+                )),
             }
         }
     }

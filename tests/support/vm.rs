@@ -873,28 +873,30 @@ impl Vm {
     /// succeeded, taking the new disc out (a local CI-like run of 1357dec waited 400 s for
     /// a disc inserted after a retried "locked").
     pub fn insert_cdrom(&mut self, iso: &Path) {
-        let iso = iso.to_str().expect("utf-8 path").to_string();
-        let name = self.name.clone();
-        self.qmp()
-            .execute(
-                "blockdev-change-medium",
-                json!({"id": "cdrom0", "filename": iso, "format": "raw", "read-only-mode": "read-only"}),
-            )
-            .unwrap_or_else(|e| panic!("{name}: insert {iso}: {e}"));
+        self.change_medium(iso, false);
     }
 
     /// Inserts an ISO as libvirt does (`force`: the tray opened even where the guest
     /// locked it): for the insert benchmark, whose baseline agent (97a6b61) holds the
     /// drive open and locked while it waits, so that a plain insert meets "locked".
     pub fn insert_cdrom_forced(&mut self, iso: &Path) {
+        self.change_medium(iso, true);
+    }
+
+    /// `blockdev-change-medium` of `iso` into the Kubernetes CD-ROM drive.
+    fn change_medium(&mut self, iso: &Path, force: bool) {
         let iso = iso.to_str().expect("utf-8 path").to_string();
         let name = self.name.clone();
+        let mut args = json!({"id": "cdrom0", "filename": iso, "format": "raw", "read-only-mode": "read-only"});
+        if force {
+            args["force"] = json!(true);
+        }
         self.qmp()
-            .execute(
-                "blockdev-change-medium",
-                json!({"id": "cdrom0", "filename": iso, "format": "raw", "read-only-mode": "read-only", "force": true}),
-            )
-            .unwrap_or_else(|e| panic!("{name}: insert {iso} (forced): {e}"));
+            .execute("blockdev-change-medium", args)
+            .unwrap_or_else(|e| {
+                let how = if force { " (forced)" } else { "" };
+                panic!("{name}: insert {iso}{how}: {e}")
+            });
     }
 
     /// Brings the link of the NIC with qemu device ID `nic` down or up (QMP `set_link`):
