@@ -289,6 +289,44 @@ fn lock(version: &str) {
     println!("etcd {version}: lock of a SIGKILLed holder (TTL 3 s) came back after {took:?}");
     third.release();
     drop(second);
+
+    // The member is down when the lock is asked for and back 4 s later: the lock comes
+    // (etcdctl keeps dialling; a failure it reports meanwhile is asked again).
+    let mut c = c;
+    assert!(c.stop(0, Duration::from_secs(10)));
+    let asker = std::thread::spawn(move || {
+        support::etcd::timed(|| {
+            client.lock(
+                "/etcd-setup/lock/test",
+                Duration::from_secs(2),
+                Duration::from_secs(40),
+            )
+        })
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let initial = c.initial_cluster_arg();
+    c.launch(0, &initial, "existing");
+    c.await_ready(0);
+    let (fourth, took) = asker.join().unwrap();
+    let fourth = fourth.unwrap_or_else(|e| panic!("no lock once the member was back: {e}"));
+    assert!(took >= Duration::from_secs(4), "took {took:?}");
+    println!("etcd {version}: lock asked while the member was down came {took:?} after");
+    fourth.release();
+
+    // Down for good: the wait ends, and the error does not blame a holder alone.
+    assert!(c.stop(0, Duration::from_secs(10)));
+    let (e, took) = support::etcd::timed(|| {
+        c.client()
+            .lock(
+                "/etcd-setup/lock/test",
+                Duration::from_secs(2),
+                Duration::from_secs(9),
+            )
+            .unwrap_err()
+    });
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    assert!(e.line.contains("or no endpoint answered"), "{e}");
+    assert!(took < Duration::from_secs(25), "took {took:?}");
 }
 
 #[test]

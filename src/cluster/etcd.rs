@@ -64,7 +64,7 @@ use crate::shared::config::TlsFiles;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// etcdctl's `--dial-timeout` unless told otherwise.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -76,6 +76,10 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// killed at 3 s of grace although etcd answered); etcdctl's timeouts still bound etcd's
 /// side, so a longer grace only bounds a stuck child later.
 const GRACE: Duration = Duration::from_secs(10);
+/// How long [`Client::lock`] keeps asking again after transient failures in a row.
+const LOCK_TRANSIENT_FOR: Duration = Duration::from_secs(60);
+/// The pause before it asks again.
+const LOCK_RETRY_PAUSE: Duration = Duration::from_secs(2);
 
 /// An etcd client: the `etcdctl` to run, the client URLs to ask, TLS and timeouts.
 #[derive(Debug, Clone)]
@@ -460,25 +464,55 @@ impl Client {
     }
 
     /// `lock NAME --ttl=TTL`, held until the returned guard is dropped or released;
-    /// waits at most `wait` to acquire it. See [`ClusterLock`].
+    /// waits at most `wait` to acquire it. See [`ClusterLock`]. A transient failure
+    /// ([`EtcdError::is_transient`]) is asked again, within `wait` and for at most
+    /// [`LOCK_TRANSIENT_FOR`] of failures in a row; the error then says how often.
     pub fn lock(
         &self,
         name: &str,
         ttl: Duration,
         wait: Duration,
     ) -> Result<ClusterLock, EtcdError> {
-        // SIGTERM: etcdctl then releases the lock at once; after SIGKILL of etcdctl its
-        // lease expires after `ttl`.
-        let mut cmd = self.command(
-            nix::sys::signal::Signal::SIGTERM,
-            self.command_timeout,
-            false,
-        );
-        cmd.arg("lock")
-            .arg(format!("--ttl={}", ttl.as_secs().max(1)))
-            .arg("--")
-            .arg(name);
-        ClusterLock::acquire(cmd, name, &self.endpoints, wait)
+        let started = Instant::now();
+        let mut attempts = 0u32;
+        // A failure comes at once or after a wait for another holder: the retries'
+        // bound counts from the first failure.
+        let mut failing_since: Option<Instant> = None;
+        loop {
+            // SIGTERM: etcdctl then releases the lock at once; after SIGKILL of etcdctl
+            // its lease expires after `ttl`.
+            let mut cmd = self.command(
+                nix::sys::signal::Signal::SIGTERM,
+                self.command_timeout,
+                false,
+            );
+            cmd.arg("lock")
+                .arg(format!("--ttl={}", ttl.as_secs().max(1)))
+                .arg("--")
+                .arg(name);
+            let left = wait.saturating_sub(started.elapsed());
+            attempts += 1;
+            match ClusterLock::acquire(cmd, name, &self.endpoints, left) {
+                Err(e)
+                    if e.is_transient()
+                        && started.elapsed() + LOCK_RETRY_PAUSE < wait
+                        && failing_since.get_or_insert_with(Instant::now).elapsed()
+                            + LOCK_RETRY_PAUSE
+                            < LOCK_TRANSIENT_FOR =>
+                {
+                    std::thread::sleep(LOCK_RETRY_PAUSE);
+                }
+                Err(mut e) if attempts > 1 => {
+                    e.line = format!(
+                        "{} (asked {attempts} times over {} s)",
+                        e.line,
+                        started.elapsed().as_secs()
+                    );
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
     }
 }
 
@@ -579,6 +613,30 @@ Error: etcdserver: member not found
         ] {
             assert_eq!(classify(line), kind, "{line}");
         }
+    }
+
+    #[test]
+    fn transient_lock_failures_are_told_from_refusals() {
+        let e = |line: &str| EtcdError::new(classify(line), "lock x", &[], line);
+        for line in [
+            // etcdctl lock in c3 (TLS, 3.5) while a member restarted beside it.
+            "rpc error: code = Unknown desc = OK: HTTP status code 200; transport: missing content-type field",
+            "rpc error: code = Unavailable desc = etcdserver: leader changed",
+            "context deadline exceeded",
+            "rpc error: code = Unavailable desc = transport is closing",
+        ] {
+            assert!(e(line).is_transient(), "{line}");
+        }
+        for line in [
+            "rpc error: code = PermissionDenied desc = etcdserver: permission denied",
+            "x509: certificate signed by unknown authority",
+            "etcdserver: mvcc: database space exceeded",
+            "etcdserver: request timed out",
+        ] {
+            assert!(!e(line).is_transient(), "{line}");
+        }
+        let late = EtcdError::new(ErrorKind::Timeout, "lock x", &[], "another holder");
+        assert!(!late.is_transient());
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! a dead process, which status ignores.
 
 use crate::cli::StateDirs;
+use crate::cluster::etcd::{ErrorKind, EtcdError};
 use crate::cluster::lifecycle::Node;
 use crate::exit;
 use crate::reason::{Failure, ReasonCode};
@@ -279,6 +280,20 @@ pub fn checkpoint() -> Result<(), Failure> {
         }
         _ => Ok(()),
     }
+}
+
+/// `locked` for a cluster lock `name` not taken within `wait`: another holder kept it,
+/// or etcd did not serve the request (each said as it was; etcd's error beside it).
+pub fn cluster_lock_failure(name: &str, wait: Duration, e: EtcdError) -> Failure {
+    let what = if e.kind == ErrorKind::Timeout {
+        format!(
+            "the cluster lock {name} was not ours within {} s",
+            wait.as_secs()
+        )
+    } else {
+        format!("etcd did not grant the cluster lock {name}")
+    };
+    Failure::new(ReasonCode::Locked, what).with_source(e)
 }
 
 #[cfg(test)]

@@ -362,16 +362,7 @@ fn take_turn(
     loop {
         let lock = locker
             .lock(LOCK_NAME, LOCK_TTL, args.lock_wait)
-            .map_err(|e| {
-                Failure::new(
-                    ReasonCode::Locked,
-                    format!(
-                        "the cluster lock {LOCK_NAME} was not ours within {} s",
-                        args.lock_wait.as_secs()
-                    ),
-                )
-                .with_source(e)
-            })?;
+            .map_err(|e| frame::cluster_lock_failure(LOCK_NAME, args.lock_wait, e))?;
         let (said, view) = check_all_patiently(f, client, node, args, true)?;
         let leads = view.iter().any(|m| m.is_self && m.is_leader);
         // Others waiting for the lock hold keys under its prefix beside the holder's.

@@ -390,16 +390,7 @@ pub fn take_turn(
     loop {
         let lock = locker
             .lock(LOCK_NAME, Duration::from_secs(60), lock_wait)
-            .map_err(|e| {
-                Failure::new(
-                    ReasonCode::Locked,
-                    format!(
-                        "the cluster lock {LOCK_NAME} was not ours within {} s",
-                        lock_wait.as_secs()
-                    ),
-                )
-                .with_source(e)
-            })?;
+            .map_err(|e| frame::cluster_lock_failure(LOCK_NAME, lock_wait, e))?;
         let view = surveyed_within_rules(client, node, installed, new, rules::cluster)?;
         if !rules::leader_must_wait(&view, new) {
             // A leader restarting makes the others elect one, and their /health says

@@ -68,6 +68,33 @@ impl EtcdError {
         };
         EtcdError::new(classify(&line), what, endpoints, line)
     }
+
+    /// Whether asking again soon may well succeed: no endpoint answered, or gRPC's
+    /// transport failed under the call (`Unavailable`: a leader election, a member
+    /// restarting; a stream cut or answered by something that is not gRPC, as etcd's
+    /// TLS port did to `etcdctl lock` while a member restarted beside it: `OK: HTTP
+    /// status code 200; transport: missing content-type field`). Never a refusal etcd
+    /// means (permissions, certificates, a full database).
+    pub fn is_transient(&self) -> bool {
+        if self.kind == ErrorKind::Unreachable {
+            return true;
+        }
+        if self.kind != ErrorKind::Other {
+            return false;
+        }
+        let l = self.line.to_ascii_lowercase();
+        [
+            "code = unavailable",
+            "transport: missing content-type",
+            "transport is closing",
+            "leader changed",
+            "no leader",
+            "connection reset by peer",
+            "error reading from server: eof",
+        ]
+        .iter()
+        .any(|t| l.contains(t))
+    }
 }
 
 impl fmt::Display for EtcdError {

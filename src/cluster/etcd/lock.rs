@@ -133,7 +133,8 @@ impl ClusterLock {
                     &what,
                     endpoints,
                     format!(
-                        "another holder kept the lock for more than {} s{said}",
+                        "not granted within {} s: another holder kept it, or no endpoint \
+                         answered{said}",
                         wait.as_secs()
                     ),
                 ))
