@@ -3,15 +3,19 @@
 //! same one-member etcd on loopback in the same run; prints the figures and their ratios,
 //! asserts nothing about them.
 //!
-//! `cargo run --release --example upkeep_bench [-- VERSION [MIB]]` (default 3.5.16, 110).
+//! `cargo run --release --example upkeep_bench [-- VERSION [MIB [ROUNDS]]]` (default
+//! 3.5.16, 110, 3).
 //! The data, built once: MIB MiB of distinct keys of 96 KiB values, 5% of them overwritten
 //! and compacted away, so that `maintain` (thresholds 1 MiB, 1%) finds the member
-//! fragmented. The snapshots run on that member, two of each alternated. Then the member is
+//! fragmented. The snapshots run on that member, ROUNDS groups of two of each alternated (A B
+//! B A). Then the member is
 //! stopped (SIGTERM) and its data dir is the source of every defragmentation run: each run
 //! starts etcd on a fresh copy of it (`cp -a --reflink=auto`, fsynced) and times one
-//! command, `etcdctl defrag`, `maintain`, `maintain`, `etcdctl defrag` (A B B A), so that
-//! both sides defragment the same file and neither always runs first or with the warmer
-//! page cache.
+//! command, `etcdctl defrag`, `maintain`, `maintain`, `etcdctl defrag` (A B B A) ROUNDS
+//! times, so that both sides defragment the same file and neither always runs first or
+//! with the warmer page cache. Each group's ratio is printed, and their median: on a
+//! shared machine one group's ratio swings (0.74–1.41× for the snapshot in three runs of
+//! one group each), the median of several less.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -183,6 +187,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let version = args.next().unwrap_or_else(|| "3.5.16".into());
     let mib_arg: usize = args.next().and_then(|m| m.parse().ok()).unwrap_or(110);
+    let rounds: usize = args.next().and_then(|m| m.parse().ok()).unwrap_or(3).max(1);
     let mut c = Cluster::start_with(
         &version,
         1,
@@ -275,17 +280,16 @@ fn main() {
         .took
     };
     // Alternated, so that neither always runs with the warmer page cache.
-    let (o1, r1, r2, o2) = (snap_ours(), snap_raw(), snap_raw(), snap_ours());
+    let mut groups = Vec::new();
+    for _ in 0..rounds {
+        let (o1, r1, r2, o2) = (snap_ours(), snap_raw(), snap_raw(), snap_ours());
+        groups.push(((o1 + o2).as_secs_f64(), (r1 + r2).as_secs_f64()));
+    }
     let size = std::fs::metadata(&raw_file).unwrap().len();
     let snapshot_line = format!(
-        "snapshot of {:.1} MiB, two each alternated: etcd-setup {:.3} + {:.3} s / \
-         etcdctl {:.3} + {:.3} s = {:.2}x",
+        "snapshot of {:.1} MiB, {rounds} group(s) of two each alternated (A B B A): {}",
         mib(size),
-        o1.as_secs_f64(),
-        o2.as_secs_f64(),
-        r1.as_secs_f64(),
-        r2.as_secs_f64(),
-        (o1 + o2).as_secs_f64() / (r1 + r2).as_secs_f64()
+        ratios("etcd-setup", "etcdctl", &groups)
     );
     println!("{snapshot_line}");
     let verify_line = verification(&c, &raw_file);
@@ -304,7 +308,9 @@ fn main() {
         file_mib(source_len)
     );
     let initial = c.initial_cluster_arg();
-    let order = [Side::Etcdctl, Side::Maintain, Side::Maintain, Side::Etcdctl];
+    let order: Vec<Side> = (0..rounds)
+        .flat_map(|_| [Side::Etcdctl, Side::Maintain, Side::Maintain, Side::Etcdctl])
+        .collect();
     let (mut ours, mut raw) = (Vec::new(), Vec::new());
     let mut rows = Vec::new();
     for (k, side) in order.into_iter().enumerate() {
@@ -380,13 +386,17 @@ fn main() {
             }
         }
     }
-    let secs = |v: &[Duration]| {
-        v.iter()
-            .map(|t| format!("{:.3}", t.as_secs_f64()))
-            .collect::<Vec<_>>()
-            .join(" + ")
-    };
-    let total = |v: &[Duration]| v.iter().sum::<Duration>().as_secs_f64();
+    // Group k: ours[2k], ours[2k+1] beside raw[2k], raw[2k+1].
+    let groups: Vec<(f64, f64)> = ours
+        .chunks(2)
+        .zip(raw.chunks(2))
+        .map(|(o, r)| {
+            (
+                o.iter().sum::<Duration>().as_secs_f64(),
+                r.iter().sum::<Duration>().as_secs_f64(),
+            )
+        })
+        .collect();
     println!("\n--- summary (etcd {version}, one member on loopback) ---");
     println!("{snapshot_line}");
     println!("{verify_line}");
@@ -394,13 +404,34 @@ fn main() {
         println!("{r}");
     }
     println!(
-        "defrag of the same bbolt file, {}, etcd's db {:.1} MiB ({:.1} in use), two each \
-         from fresh copies (A B B A): etcd-setup maintain {} s / etcdctl defrag {} s = {:.2}x",
+        "defrag of the same bbolt file, {}, etcd's db {:.1} MiB ({:.1} in use), {rounds} \
+         group(s) of two each from fresh copies (A B B A): {}",
         file_mib(source_len),
         mib(db),
         mib(in_use),
-        secs(&ours),
-        secs(&raw),
-        total(&ours) / total(&raw)
+        ratios("etcd-setup maintain", "etcdctl defrag", &groups)
     );
+}
+
+/// Each group's seconds (ours, theirs) and ratio, the median ratio and the whole's.
+fn ratios(ours: &str, theirs: &str, groups: &[(f64, f64)]) -> String {
+    let each: Vec<String> = groups
+        .iter()
+        .map(|(o, t)| format!("{o:.3} s / {t:.3} s = {:.2}x", o / t))
+        .collect();
+    let mut r: Vec<f64> = groups.iter().map(|(o, t)| o / t).collect();
+    r.sort_by(f64::total_cmp);
+    let median = if r.len() % 2 == 1 {
+        r[r.len() / 2]
+    } else {
+        (r[r.len() / 2 - 1] + r[r.len() / 2]) / 2.0
+    };
+    let (o, t) = groups
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (o, t)| (a + o, b + t));
+    format!(
+        "{ours} / {theirs} per group: {}; median {median:.2}x, all {:.2}x",
+        each.join(", "),
+        o / t
+    )
 }
