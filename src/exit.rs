@@ -276,7 +276,7 @@ pub const UPGRADE: Table = Table {
         ),
         code(
             upgrade::LOCKED,
-            "a run of etcd-setup held the node's lock past --lock-timeout, or the cluster lock was not ours within --lock-wait",
+            "a run of etcd-setup held the node's lock past --lock-timeout, or the cluster lock was not ours within --lock-wait (held by another, or not granted by etcd)",
         ),
         code(
             upgrade::REFUSED,
@@ -430,7 +430,7 @@ pub const ROTATE_CA: Table = Table {
         ),
         code(
             rotate_ca::LOCKED,
-            "a run of etcd-setup held the node's lock past --lock-timeout, or the cluster lock was not ours within --lock-wait",
+            "a run of etcd-setup held the node's lock past --lock-timeout, or the cluster lock was not ours within --lock-wait (held by another, or not granted by etcd)",
         ),
         code(
             rotate_ca::REFUSED,
