@@ -71,10 +71,12 @@ impl EtcdError {
 
     /// Whether asking again soon may well succeed: no endpoint answered, or gRPC's
     /// transport failed under the call (`Unavailable`: a leader election, a member
-    /// restarting; a stream cut or answered by something that is not gRPC, as etcd's
-    /// TLS port did to `etcdctl lock` while a member restarted beside it: `OK: HTTP
-    /// status code 200; transport: missing content-type field`). Never a refusal etcd
-    /// means (permissions, certificates, a full database).
+    /// restarting; a stream cut by a member that stops: on etcd's TLS port, where gRPC is
+    /// served through Go's HTTP/2 server, a gRPC server that is stopping closes the
+    /// stream before any header, and the client reads `OK: HTTP status code 200;
+    /// transport: missing content-type field`, as `etcdctl lock` did in CI's c3 while
+    /// members restarted one by one). Never a refusal etcd means (permissions,
+    /// certificates, a full database).
     pub fn is_transient(&self) -> bool {
         if self.kind == ErrorKind::Unreachable {
             return true;
