@@ -71,12 +71,12 @@ impl EtcdError {
 
     /// Whether asking again soon may well succeed: no endpoint answered, or gRPC's
     /// transport failed under the call (`Unavailable`: a leader election, a member
-    /// restarting; a stream cut by a member that stops: on etcd's TLS port, where gRPC is
-    /// served through Go's HTTP/2 server, a gRPC server that is stopping closes the
-    /// stream before any header, and the client reads `OK: HTTP status code 200;
-    /// transport: missing content-type field`, as `etcdctl lock` did in CI's c3 while
-    /// members restarted one by one). Never a refusal etcd means (permissions,
-    /// certificates, a full database).
+    /// restarting; a stream cut or answered without gRPC's headers: `OK: HTTP status
+    /// code 200; transport: missing content-type field`, as `etcdctl lock` read in CI's
+    /// c3 while members restarted one by one — on etcd's TLS port gRPC is served through
+    /// Go's HTTP/2 server, which answers 200 when the handler ends before any header, as
+    /// we take a stopping gRPC server to do; not traced further). Never a refusal etcd
+    /// means (permissions, certificates, a full database).
     pub fn is_transient(&self) -> bool {
         if self.kind == ErrorKind::Unreachable {
             return true;
