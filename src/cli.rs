@@ -267,6 +267,12 @@ pub struct BackupsVerifyArgs {
     /// The age identity file that decrypts it (default: backup.identity_file).
     #[arg(long, value_name = "FILE")]
     pub identity: Option<PathBuf>,
+    /// Verify only where this node can (etcd-setup-backup-verify.timer runs it so on
+    /// every node): a configuration without [backup], or whose backups are encrypted and
+    /// which names no identity (backup.identity_file or --identity), prints why nothing
+    /// was verified and exits 0; any other verification runs and fails as without it.
+    #[arg(long)]
+    pub if_configured: bool,
 }
 
 /// Which backup: `latest` or a name (the type lives with the fetch).

@@ -118,7 +118,7 @@ pub mod data {
 /// Exit codes of `etcd-setup backups` (`list`, `verify`).
 pub mod backups {
     /// Listed; or (`verify`) the backup was fetched, decrypted and proven by a trial
-    /// restore.
+    /// restore; or (`verify --if-configured`) this node cannot verify, and said why.
     pub const OK: u8 = 0;
     /// The bucket could not be asked (the store's `backup-*` codes), no such backup, or
     /// the node could not do its part (disk-full); the reason is printed.
@@ -445,7 +445,7 @@ pub const BACKUPS: Table = Table {
     codes: &[
         code(
             backups::OK,
-            "listed (`list`), or the backup was fetched, decrypted, checked against its metadata and restored on trial (`verify`)",
+            "listed (`list`), or the backup was fetched, decrypted, checked against its metadata and restored on trial (`verify`), or `verify --if-configured` found no [backup] or no identity for encrypted backups and printed why nothing was verified",
         ),
         code(
             backups::FAILED,

@@ -6,7 +6,9 @@
 //! the data dir of a fresh node's empty cluster (moved aside); an object flipped in the
 //! bucket, one cut at a chunk boundary, a wrong identity, a name not there and another
 //! cluster's backup each end with their own reason, before etcd is touched; the scratch
-//! copy is gone after every command; no output holds a key or the identity.
+//! copy is gone after every command; no output holds a key or the identity. The daily
+//! timer's `backups verify --if-configured` verifies as by hand where the node can, both
+//! recording their verdict for status, and says why not where it cannot.
 mod support;
 
 use etcd_setup::backup::bucket::{self, Meta};
@@ -14,6 +16,7 @@ use etcd_setup::backup::s3::Client;
 use etcd_setup::backup::seal;
 use etcd_setup::reason::{Failure, ReasonCode};
 use etcd_setup::shared::config::{self, BackupSettings};
+use etcd_setup::shared::report::read_backup_record;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -303,6 +306,27 @@ fn a_backup_is_listed_verified_and_restored_on_a_fresh_node(version: &str) {
     assert_eq!(v["object_size"], size);
     assert!(!dead.exists());
     bed.assert_no_scratch("verify");
+    // Recorded where status reads it; and the daily timer's run (--if-configured), on a
+    // node with the identity, is the same proof, recorded the same way.
+    let state = bed.dir.path().join("state");
+    let proven = |state: &Path| {
+        let v = read_backup_record(state)
+            .unwrap()
+            .and_then(|r| r.last_verification)
+            .expect("a verification recorded");
+        assert!(v.ok && v.code.is_none(), "{v:?}");
+        assert_eq!(v.object, key);
+    };
+    proven(&state);
+    std::fs::remove_file(state.join("backup.json")).unwrap();
+    let (code, so, se) = bed.run(&["backups", "verify", "--if-configured"]);
+    assert_eq!(code, Some(0), "{so}{se}");
+    assert!(
+        so.starts_with(&format!("verified s3://{}/{key} at ", store().bucket)),
+        "{so}"
+    );
+    proven(&state);
+    bed.assert_no_scratch("verify --if-configured");
     let (code, so, se) = bed.run(&["backups", "verify", &name]);
     assert_eq!(code, Some(0), "{so}{se}");
     assert!(
@@ -490,6 +514,24 @@ fn a_damaged_a_cut_and_a_foreign_backup_and_a_wrong_identity_each_have_their_rea
     );
     assert!(se.contains(&key), "{se}");
     bed.assert_no_scratch("flipped");
+    // The timer's run finds it too, and records the failure status fails with.
+    let (code, _, se) = bed.run(&["backups", "verify", "--if-configured"]);
+    assert_eq!(code, Some(6), "{se}");
+    assert!(se.starts_with("backup-corrupt: "), "{se}");
+    let v = read_backup_record(&bed.dir.path().join("state"))
+        .unwrap()
+        .and_then(|r| r.last_verification)
+        .expect("a verification recorded");
+    assert_eq!(
+        (v.ok, v.code),
+        (false, Some(ReasonCode::BackupCorrupt)),
+        "{v:?}"
+    );
+    assert!(
+        v.message.as_deref().is_some_and(|m| se.contains(m)),
+        "{v:?}\n{se}"
+    );
+    bed.assert_no_scratch("flipped, --if-configured");
     let (code, _, se) = bed.run(&["restore", "--from-backup", &name, "--no-systemd"]);
     assert_eq!(code, Some(1), "{se}");
     assert!(se.starts_with("backup-corrupt: "), "{se}");
@@ -596,6 +638,114 @@ fn a_damaged_a_cut_and_a_foreign_backup_and_a_wrong_identity_each_have_their_rea
     bed.assert_no_secret();
 }
 
+/// `backups verify --if-configured` (etcd-setup-backup-verify.timer, on every node) where
+/// the node cannot verify: no `[backup]`, or encrypted backups and no identity named. One
+/// line says why, the exit code is 0, nothing is recorded and no store is asked (the
+/// endpoint here is a closed port). With an identity named it verifies as without the
+/// flag, and fails as it does: the store out of reach.
+#[test]
+fn verify_if_configured_says_why_a_node_without_backup_or_identity_verifies_nothing() {
+    let dir = support::scratch::dir("ifconf");
+    let state = dir.path().join("state");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let key_file = |name: &str| {
+        let f = dir.path().join(name);
+        std::fs::write(&f, format!("{name}-not-a-real-key\n")).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        f
+    };
+    let (access, secret) = (key_file("access"), key_file("secret"));
+    let (identity, recipient) = keygen(dir.path(), "identity");
+    let recipients = dir.path().join("recipients");
+    std::fs::write(&recipients, format!("{recipient}\n")).unwrap();
+    let node = "[node]\nname = \"m1\"\nip = \"127.0.0.1\"\n[etcd]\n\
+                initial_cluster = \"m1=http://127.0.0.1:2380\"\ncluster_token = \"t\"\n";
+    let write = |name: &str, text: String| {
+        let f = dir.path().join(name);
+        std::fs::write(&f, text).unwrap();
+        f
+    };
+    let plain = write("plain.toml", node.to_string());
+    let sealed = write(
+        "sealed.toml",
+        format!(
+            "{node}[backup]\nendpoint = \"http://127.0.0.1:{closed}\"\nallow_http = true\n\
+             path_style = true\nbucket = \"etcd-backups\"\naccess_key_file = \"{}\"\nsecret_key_file = \"{}\"\n\
+             recipients_file = \"{}\"\n",
+            access.display(),
+            secret.display(),
+            recipients.display()
+        ),
+    );
+    let verify = |config: &Path, extra: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("backups")
+            .arg("--run-dir")
+            .arg(&state)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["verify", "--if-configured"])
+            .args(extra)
+            .arg("--config")
+            .arg(config)
+            .output()
+            .unwrap();
+        let (so, se) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        println!(
+            "$ etcd-setup backups verify --if-configured {extra:?} ({})\n{so}{se}",
+            config.display()
+        );
+        (out.status.code(), so, se)
+    };
+    for (config, why) in [
+        (
+            &plain,
+            format!(
+                "nothing verified: {} has no [backup] table, so this node keeps no backups \
+                 off the node",
+                plain.display()
+            ),
+        ),
+        (
+            &sealed,
+            format!(
+                "nothing verified: the backups are encrypted (age) and {} names no \
+                 backup.identity_file to decrypt them; verify where the identity is: \
+                 etcd-setup backups verify --identity FILE",
+                sealed.display()
+            ),
+        ),
+    ] {
+        let (code, so, se) = verify(config, &[]);
+        assert_eq!(code, Some(0), "{so}{se}");
+        assert_eq!(so, format!("{why}\n"));
+        assert_eq!(se, "");
+        let (code, so, se) = verify(config, &["--format", "json"]);
+        assert_eq!(code, Some(0), "{so}{se}");
+        let v: serde_json::Value =
+            serde_json::from_str(&so).unwrap_or_else(|e| panic!("{e}: {so}"));
+        assert_eq!(v, serde_json::json!({ "verified": false, "skipped": why }));
+    }
+    assert!(!state.join("backup.json").exists());
+
+    // An identity named: the same verification as without the flag, which asks the store.
+    let identity_s = identity.display().to_string();
+    let (code, so, se) = verify(&sealed, &["--identity", &identity_s]);
+    assert_eq!(code, Some(1), "{so}{se}");
+    assert!(se.starts_with("backup-unreachable: "), "{se}");
+    assert!(se.contains(&format!("127.0.0.1:{closed}")), "{se}");
+    assert!(!se.contains("not-a-real-key"), "{se}");
+    assert!(!se.contains(&secret_of(&identity)), "{se}");
+    assert!(!state.join("backup.json").exists());
+}
+
 #[test]
 fn a_backup_in_the_clear_is_proven_by_its_digests_and_a_flipped_byte_is_corrupt() {
     let mut bed = Bed::with("3.5.16", "tok-fromback-clear", 1, false);
@@ -614,6 +764,10 @@ fn a_backup_in_the_clear_is_proven_by_its_digests_and_a_flipped_byte_is_corrupt(
         "{so}"
     );
     assert!(!so.contains("decrypted"), "{so}");
+    // In the clear no identity is needed: the timer's run (--if-configured) verifies.
+    let (code, so, se) = bed.run(&["backups", "verify", "--if-configured"]);
+    assert_eq!(code, Some(0), "{so}{se}");
+    assert!(so.starts_with("verified s3://"), "{so}");
 
     let good = bed.object(&key);
     assert_eq!(good, std::fs::read(&snap).unwrap());

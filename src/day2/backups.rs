@@ -7,7 +7,10 @@
 //! - `verify`: the backup fetched, decrypted and proven in a root-only scratch copy
 //!   ([`crate::backup::fetch::fetch`]: digests, etcd's trailer, `snapshot status` at the
 //!   recorded revision, a trial restore), removed on every way out. Nothing on the node
-//!   changes: etcd is not touched, no lock is taken.
+//!   changes: etcd is not touched, no lock is taken. Its verdict on the object goes into
+//!   `backup.json` for status. With `--if-configured` (the daily timer, on every node) a
+//!   node that cannot verify ([`why_not_verifiable`]) says why and succeeds; any other
+//!   runs the same verification.
 //!
 //! The cluster is the one this configuration makes (`etcd.initial_cluster` and
 //! `etcd.cluster_token`, as `run` checks it), or `--cluster ID`. Every message names the
@@ -181,6 +184,46 @@ pub fn verified_lines(b: &BackupSettings, p: &Proven, format: Format) -> Vec<Str
     }
 }
 
+/// The identity that decrypts `b`'s backups: `given` (`--identity`), else
+/// `backup.identity_file`.
+fn identity_of<'a>(b: &'a BackupSettings, given: Option<&'a Path>) -> Option<&'a Path> {
+    given.or(b.identity_file.as_deref())
+}
+
+/// Why `backups verify --if-configured` verifies nothing here, or `None` when it can:
+/// the configuration `config` has no `[backup]` table (nothing leaves the node), or its
+/// backups are encrypted (`backup.encrypt`, the default) and it names no identity to
+/// decrypt them (`identity`, from `--identity`, nor `backup.identity_file`): the identity
+/// is best kept off the nodes, and the timer runs on every one. With `encrypt = false` the
+/// backups are in the clear and the proof needs no identity, so it runs (a backup found
+/// encrypted then is `config-invalid`, as without the flag).
+pub fn why_not_verifiable(s: &Settings, config: &Path, identity: Option<&Path>) -> Option<String> {
+    let Some(b) = &s.backup else {
+        return Some(format!(
+            "nothing verified: {} has no [backup] table, so this node keeps no backups off \
+             the node",
+            config.display()
+        ));
+    };
+    if b.encrypt && identity_of(b, identity).is_none() {
+        return Some(format!(
+            "nothing verified: the backups are encrypted (age) and {} names no \
+             backup.identity_file to decrypt them; verify where the identity is: \
+             etcd-setup backups verify --identity FILE",
+            config.display()
+        ));
+    }
+    None
+}
+
+/// The lines of a verification skipped for `why` ([`why_not_verifiable`]).
+pub fn skipped_lines(why: &str, format: Format) -> Vec<String> {
+    match format {
+        Format::Json => vec![serde_json::json!({ "verified": false, "skipped": why }).to_string()],
+        Format::Text => vec![why.to_string()],
+    }
+}
+
 /// Fetches and proves `which` of `cluster` with the identity file `identity` (default
 /// `backup.identity_file`), in a scratch copy in `snapshot.dir`; for `backups verify` and
 /// `restore --from-backup`.
@@ -197,7 +240,7 @@ pub fn prove(
         b,
         client,
         chosen,
-        identity.or(b.identity_file.as_deref()),
+        identity_of(b, identity),
         &s.install_dir,
         &s.data.snapshot.dir,
     )
@@ -248,6 +291,14 @@ pub fn command(args: &BackupsArgs) -> u8 {
         },
         |f| {
             let s = &f.settings;
+            if let Some(BackupsAction::Verify(v)) = &args.action {
+                let skip = v
+                    .if_configured
+                    .then(|| why_not_verifiable(s, &args.config, v.identity.as_deref()));
+                if let Some(why) = skip.flatten() {
+                    return Ok(skipped_lines(&why, args.format));
+                }
+            }
             let b = settings(s, &args.config)?;
             let client = client(b)?;
             let cluster = args.cluster.unwrap_or(f.node.expected_cluster_id().0);
@@ -283,6 +334,56 @@ pub fn command(args: &BackupsArgs) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NODE: &str = "[node]\nname = \"a\"\nip = \"10.1.1.11\"\n[etcd]\n\
+        initial_cluster = \"a=http://10.1.1.11:2380\"\ncluster_token = \"t\"\n";
+    const BACKUP: &str = "[backup]\nendpoint = \"https://s3.example.org\"\n\
+        bucket = \"etcd-backups\"\naccess_key_file = \"/root/s3-access\"\n\
+        secret_key_file = \"/root/s3-secret\"\n";
+
+    /// Why `--if-configured` skips the configuration `text`, or `None` when it verifies.
+    fn why(text: &str, identity: Option<&str>) -> Option<String> {
+        let config = Path::new("/etc/etcd-setup/config.toml");
+        let s = crate::shared::config::parse(&format!("{NODE}{text}"), config).unwrap();
+        why_not_verifiable(&s, config, identity.map(Path::new))
+    }
+
+    #[test]
+    fn only_a_node_that_can_decrypt_its_backups_verifies_them_on_the_timer() {
+        assert_eq!(
+            why("", None).as_deref(),
+            Some(
+                "nothing verified: /etc/etcd-setup/config.toml has no [backup] table, so \
+                 this node keeps no backups off the node"
+            )
+        );
+        let sealed = format!("{BACKUP}recipients_file = \"/etc/etcd-setup/recipients\"\n");
+        let no_identity = why(&sealed, None).unwrap();
+        assert!(
+            no_identity.starts_with(
+                "nothing verified: the backups are encrypted (age) and \
+                 /etc/etcd-setup/config.toml names no backup.identity_file"
+            ),
+            "{no_identity}"
+        );
+        assert!(no_identity.contains("--identity FILE"), "{no_identity}");
+        // An identity named on the command line or in the configuration: it verifies.
+        assert_eq!(why(&sealed, Some("/root/backup-identity")), None);
+        let with_identity = format!("{sealed}identity_file = \"/root/backup-identity\"\n");
+        assert_eq!(why(&with_identity, None), None);
+        // In the clear, a trial restore needs no identity.
+        assert_eq!(why(&format!("{BACKUP}encrypt = false\n"), None), None);
+    }
+
+    #[test]
+    fn a_skip_is_one_line_or_one_json_object() {
+        let why = "nothing verified: no [backup]";
+        assert_eq!(skipped_lines(why, Format::Text), vec![why.to_string()]);
+        let json = skipped_lines(why, Format::Json);
+        assert_eq!(json.len(), 1);
+        let v: serde_json::Value = serde_json::from_str(&json[0]).unwrap();
+        assert_eq!(v, serde_json::json!({ "verified": false, "skipped": why }));
+    }
 
     #[test]
     fn ages_read_as_people_say_them() {

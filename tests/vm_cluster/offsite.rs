@@ -3,9 +3,10 @@
 //! through a NIC of its own (`VmSpec::guest_forwards`); a Kubernetes-like data set; the
 //! snapshot service started on the three nodes at once makes one object; an object
 //! corrupted in the bucket, a wrong secret key, a wrong identity and the store's link cut
-//! mid-upload each end with their reason; then every VM is thrown away with its disk,
-//! three fresh ones boot from the template, and the README's total-loss runbook brings
-//! the cluster back from the bucket. No output, status answer or journal holds a secret.
+//! mid-upload each end with their reason; the package's daily verification timer is
+//! enabled and its service proves the backup where the identity is named; then every VM
+//! is thrown away with its disk, three fresh ones boot from the template, and the
+//! README's total-loss runbook brings the cluster back from the bucket. No output, status answer or journal holds a secret.
 
 use crate::bed::*;
 use crate::support;
@@ -464,16 +465,21 @@ fn quiet_timers(c: &Cluster) {
 /// The lines the last run of etcd-setup-snapshot.service wrote to the journal, and its
 /// result (`success`, `exit-code`).
 fn service_run(vm: &Vm) -> (String, String) {
+    unit_run(vm, "etcd-setup-snapshot.service")
+}
+
+/// The lines the last run of `unit` wrote to the journal, and its result.
+fn unit_run(vm: &Vm, unit: &str) -> (String, String) {
     let id = vm
-        .ssh_ok("systemctl show -p InvocationID --value etcd-setup-snapshot.service")
+        .ssh_ok(&format!("systemctl show -p InvocationID --value {unit}"))
         .trim()
         .to_string();
-    assert!(!id.is_empty(), "{}: no invocation", vm.name);
+    assert!(!id.is_empty(), "{}: no invocation of {unit}", vm.name);
     let lines = vm.ssh_ok(&format!(
         "sudo journalctl -o cat _SYSTEMD_INVOCATION_ID={id} --no-pager"
     ));
     let result = vm
-        .ssh_ok("systemctl show -p Result --value etcd-setup-snapshot.service")
+        .ssh_ok(&format!("systemctl show -p Result --value {unit}"))
         .trim()
         .to_string();
     (lines, result)
@@ -730,6 +736,65 @@ pub fn off_node_backups_and_total_loss(c: &mut Cluster) {
     o.assert_no_secret("after the recovery");
 }
 
+/// The package's daily verification (etcd-setup-backup-verify.timer, enabled) on node 1
+/// while its configuration names the identity (`backup.identity_file`, for this check
+/// only): its service proves `first` as `backups verify` does, and status shows the
+/// verification's new time.
+fn verify_timer(c: &Cluster, o: &mut Offsite, first: &str) {
+    let vm = c.nodes[0].vm();
+    let unit = "etcd-setup-backup-verify";
+    assert_eq!(
+        vm.ssh_ok(&format!("systemctl is-enabled {unit}.timer"))
+            .trim(),
+        "enabled"
+    );
+    let at = |o: &mut Offsite| {
+        let doc = status_doc(c, 0, o);
+        let v = &doc["backup"]["last_verification"];
+        assert_eq!(
+            (&v["ok"], &v["object"]),
+            (&Value::Bool(true), &Value::from(first)),
+            "{doc}"
+        );
+        v["unix_time"].as_u64().unwrap_or_else(|| panic!("{doc}"))
+    };
+    let before = at(o);
+    // [backup] is the file's last table.
+    vm.ssh_ok(&format!(
+        "echo 'identity_file = \"{IDENTITY}\"' | sudo tee -a /etc/etcd-setup/config.toml >/dev/null"
+    ));
+    let t = Instant::now();
+    let (code, so, se) = o.run(
+        vm,
+        Duration::from_secs(1200),
+        &format!("sudo systemctl start {unit}.service"),
+    );
+    let took = t.elapsed().as_secs_f64();
+    let (lines, result) = unit_run(vm, &format!("{unit}.service"));
+    o.outputs.push(lines.clone());
+    assert!(
+        code == Some(0) && result == "success",
+        "{result}: {so}{se}{lines}"
+    );
+    assert!(
+        lines.contains(&format!("verified s3://{}/{first} at ", store().bucket)),
+        "{lines}"
+    );
+    let after = at(o);
+    assert!(
+        after > before,
+        "the verification recorded at {before}, not after it: {after}"
+    );
+    vm.ssh_ok(
+        "sudo sed -i '/^identity_file = /d' /etc/etcd-setup/config.toml && \
+         ! sudo grep -q '^identity_file' /etc/etcd-setup/config.toml",
+    );
+    report(&format!(
+        "cluster c1: {unit}.timer enabled; its service with backup.identity_file on {}: {result} in {took:.1} s, status's last verification {before} -> {after}",
+        vm.name
+    ));
+}
+
 /// Step 4, each fault with its reason: an object corrupted in the bucket, a wrong identity, a
 /// wrong secret key, the store's link cut mid-upload (and the incomplete upload left).
 fn faults(c: &mut Cluster, o: &mut Offsite, first: &str) {
@@ -804,6 +869,7 @@ fn faults(c: &mut Cluster, o: &mut Offsite, first: &str) {
         so.starts_with(&format!("verified s3://{}/{first} at ", store().bucket)),
         "{so}"
     );
+    verify_timer(c, o, first);
     c.nodes[0].vm().ssh_ok(&format!(
         "sudo rm -f {IDENTITY} /root/other-identity && ! sudo ls /root | grep -q identity"
     ));
