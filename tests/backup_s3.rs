@@ -388,6 +388,15 @@ mod bucket {
         }
     }
 
+    /// The length and SHA-256 of `file`, as the snapshot's verification gives them.
+    fn digest_of(file: &std::path::Path) -> etcd_setup::backup::s3::Digest256 {
+        let bytes = std::fs::read(file).unwrap();
+        etcd_setup::backup::s3::Digest256 {
+            len: bytes.len() as u64,
+            sha256: sha(&bytes),
+        }
+    }
+
     fn snapshot(len: usize, seed: u8) -> (tempfile::NamedTempFile, Vec<u8>) {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         let body = data(len, seed);
@@ -418,7 +427,15 @@ mod bucket {
         let c = client_for(&b);
         let (file, body) = snapshot(MIN_PART_SIZE + 4321, 7);
         let m = meta(0x8e9e05c52164694d, 1_796_118_300, 4711);
-        let up = bucket::upload_snapshot(&b, &c, file.path(), &m, &mut pass_through).unwrap();
+        let up = bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &digest_of(file.path()),
+            &m,
+            &mut pass_through,
+        )
+        .unwrap();
         assert_eq!(
             up.key,
             "sealed/8e9e05c52164694d/20261201T094500Z-rev4711-etcd-1.db.age"
@@ -455,9 +472,15 @@ mod bucket {
             called = true;
             Ok(())
         };
-        let up =
-            bucket::upload_snapshot(&b, &c, file.path(), &meta(1, 1_796_118_300, 5), &mut seal)
-                .unwrap();
+        let up = bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &digest_of(file.path()),
+            &meta(1, 1_796_118_300, 5),
+            &mut seal,
+        )
+        .unwrap();
         assert!(!called);
         assert!(up.key.ends_with("-rev5-etcd-1.db"), "{}", up.key);
         let mut back = Vec::new();
@@ -467,6 +490,39 @@ mod bucket {
             c.head(&up.key).unwrap().unwrap().get(key::SEAL),
             Some("none")
         );
+    }
+
+    #[test]
+    fn a_snapshot_that_changed_since_its_verification_does_not_count() {
+        let b = settings("changed/", "");
+        let c = client_for(&b);
+        let (file, body) = snapshot(MIN_PART_SIZE + 10, 4);
+        // Verified as it was; one byte differs by the time it is uploaded.
+        let verified = digest_of(file.path());
+        let mut changed = body.clone();
+        changed[MIN_PART_SIZE] ^= 1;
+        std::fs::write(file.path(), &changed).unwrap();
+        let e = bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &verified,
+            &meta(2, 1_796_118_300, 6),
+            &mut pass_through,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ReasonCode::BackupFailed, "{e:?}");
+        assert!(
+            e.message.contains("changed since it was verified")
+                && e.message
+                    .contains(&etcd_setup::backup::sigv4::hex(&verified.sha256)),
+            "{e:?}"
+        );
+        // What went up is not marked verified, so it counts for nothing.
+        let key = bucket::object_name(&b, &meta(2, 1_796_118_300, 6));
+        let head = c.head(&key).unwrap().unwrap();
+        assert_eq!(head.get(key::VERIFIED), None);
+        assert_eq!(bucket::newest_verified(&b, &c, 2).unwrap(), None);
     }
 
     #[test]
@@ -482,6 +538,7 @@ mod bucket {
                 &b,
                 &c,
                 file.path(),
+                &digest_of(file.path()),
                 &meta(ours, base + i * 3600, 100 + i as i64),
                 &mut pass_through,
             )
@@ -505,6 +562,7 @@ mod bucket {
             &b,
             &c,
             file.path(),
+            &digest_of(file.path()),
             &meta(0xbbbb, base, 1),
             &mut pass_through,
         )
@@ -576,7 +634,15 @@ mod bucket {
         let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
         assert!(bucket::upload_due(&b, &c, 7, at(t)).unwrap());
         let (file, _) = snapshot(10, 1);
-        bucket::upload_snapshot(&b, &c, file.path(), &meta(7, t, 1), &mut pass_through).unwrap();
+        bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &digest_of(file.path()),
+            &meta(7, t, 1),
+            &mut pass_through,
+        )
+        .unwrap();
         assert!(!bucket::upload_due(&b, &c, 7, at(t + 899)).unwrap());
         assert!(bucket::upload_due(&b, &c, 7, at(t + 900)).unwrap());
         // Another cluster's object does not count for this one.

@@ -206,20 +206,6 @@ impl<R: Read> Read for Hashing<R> {
     }
 }
 
-fn digest_of(file: &Path) -> Result<Digest256, Failure> {
-    let f = std::fs::File::open(file).map_err(|e| Failure::io(file, "cannot open", e))?;
-    let mut h = Hashing {
-        inner: f,
-        hasher: Sha256::new(),
-        len: 0,
-    };
-    io::copy(&mut h, &mut io::sink()).map_err(|e| Failure::io(file, "cannot read", e))?;
-    Ok(Digest256 {
-        len: h.len,
-        sha256: h.hasher.finalize().into(),
-    })
-}
-
 /// Whether what came back ([`Client::read_back`]) is what was sent: the object's size
 /// as the store stated it equal to the bytes sent, and each part's range read back equal
 /// (length and SHA-256) to the part sent. The parts follow each other from byte 0 and add
@@ -292,42 +278,35 @@ pub fn stream_failure(snapshot: &Path, e: io::Error) -> Failure {
     }
 }
 
-/// Uploads `snapshot` (a verified snapshot file) as the object of `meta`: streamed through
-/// `seal` (when `settings.encrypt`) into the bucket while another thread hashes the file
-/// on its own, the two reads compared (the file must not change meanwhile), the object
-/// read back part by part and compared ([`Client::read_back`], [`verify_read_back`]),
-/// then marked verified in its metadata with both digests.
-/// Memory is bounded to a few parts ([`super::s3::IN_FLIGHT`]).
+/// Uploads `snapshot` (a verified snapshot file, `verified` its length and SHA-256 as its
+/// verification read them) as the object of `meta`: streamed through `seal` (when
+/// `settings.encrypt`) into the bucket, the plaintext hashed as it is read and compared
+/// with `verified` (what went up is the snapshot that was verified, unchanged since), the
+/// object read back part by part and compared ([`Client::read_back`],
+/// [`verify_read_back`]), then marked verified in its metadata with both digests. Memory
+/// is bounded to a few parts ([`super::s3::IN_FLIGHT`]).
 pub fn upload_snapshot(
     settings: &BackupSettings,
     client: &Client,
     snapshot: &Path,
+    verified: &Digest256,
     meta: &Meta,
     seal: &mut Seal<'_>,
 ) -> Result<Uploaded, Failure> {
     let name = object_name(settings, meta);
     let mut metadata = upload_meta(settings, meta);
-    let (plain, streamed) = std::thread::scope(|s| {
-        // The file's own read, beside the one that is sealed and sent.
-        let own = s.spawn(|| digest_of(snapshot));
-        let streamed = stream_up(settings, client, snapshot, &name, &metadata, seal);
-        let own = own.join().unwrap_or_else(|_| {
-            Err(Failure::new(
-                ReasonCode::BackupFailed,
-                format!("the thread hashing {} panicked", snapshot.display()),
-            ))
-        });
-        // A failed upload says why first; the file's own read after it.
-        let streamed = streamed?;
-        Ok::<_, Failure>((own?, streamed))
-    })?;
-    let (again, sent) = streamed;
-    if again != plain {
+    let (plain, sent) = stream_up(settings, client, snapshot, &name, &metadata, seal)?;
+    if plain != *verified {
         return Err(Failure::new(
             ReasonCode::BackupFailed,
             format!(
-                "{} changed while it was uploaded as {name}; the object does not count",
-                snapshot.display()
+                "{} changed since it was verified ({} bytes with SHA-256 {}; {} bytes with \
+                 SHA-256 {} were read to upload it as {name}); the object does not count",
+                snapshot.display(),
+                verified.len,
+                super::sigv4::hex(&verified.sha256),
+                plain.len,
+                super::sigv4::hex(&plain.sha256)
             ),
         ));
     }
