@@ -30,11 +30,25 @@
 //!      the agent's object, without encrypting; A against C isolates the encryption's cost.
 //!
 //!    Each run's requests are read back from radosgw's own log (its beast access lines:
-//!    method, target, latency), so the agent's upload part is split into the time in the
-//!    store's requests by kind (parts, read-back, lists) and the time outside them.
+//!    method, target, latency): by kind (parts, read-back, lists: count and summed
+//!    latency), where each kind lies in time after the snapshot was placed, and how much
+//!    of the upload part had no request open (the union of the requests' intervals taken
+//!    from it: parts overlap). The agent's CPU in its upload part is the `utime + stime`
+//!    of `/proc/PID/stat` (its own threads, not etcdutl), sampled with `VmHWM`: on two
+//!    shared cores the store and the agent compete for the CPU, so the agent's CPU
+//!    seconds are a steadier figure than its wall time.
 //!    Every object is checked in the bucket (size, the agent's `verified` mark), then
 //!    deleted and radosgw's garbage collected (`radosgw-admin gc process`, untimed): the
 //!    bed's OSD keeps its objects in 1 GiB of RAM.
+//!
+//!    With `ETCD_SETUP_BENCH_BASELINE=PATH` (another build of etcd-setup, say of the commit
+//!    before a change), that binary runs too, A' beside A in each round (A A' B C, then
+//!    C B A' A), so a change is measured against what it changes in the same bed and
+//!    run; its medians and ratios are printed beside the agent's.
+//!
+//!    The read-back's time is the span of the agent's object GETs in radosgw's log, from
+//!    the first one's start (its end less its latency) to the last one's end: one GET, or
+//!    the ranged GETs of its parts, several at once.
 //! 3. Verification of the last agent object (`etcd-setup backups verify` is not there
 //!    yet), alternated: the library (`Client::get` streamed into `seal::open`, the
 //!    plaintext's SHA-256 compared with the object's metadata) against the stock tools
@@ -56,6 +70,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::etcd::Cluster;
+
+/// The other etcd-setup binary to run beside [`bin`] (`ETCD_SETUP_BENCH_BASELINE`).
+fn baseline_bin() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os("ETCD_SETUP_BENCH_BASELINE")?);
+    assert!(
+        p.is_file(),
+        "ETCD_SETUP_BENCH_BASELINE: {} is no file",
+        p.display()
+    );
+    Some(p)
+}
 
 /// The etcd-setup binary of the same profile: target/PROFILE/etcd-setup beside
 /// target/PROFILE/examples/.
@@ -194,6 +219,77 @@ fn by_class(reqs: &[Req]) -> Vec<(&'static str, usize, f64)> {
         }
     }
     out
+}
+
+/// Seconds during which at least one of `reqs` was open (the union of their intervals,
+/// each its end less its latency to its end).
+fn busy(reqs: &[Req]) -> f64 {
+    let mut spans: Vec<(f64, f64)> = reqs
+        .iter()
+        .map(|r| {
+            let end = r.end_ms as f64 / 1000.0;
+            (end - r.latency, end)
+        })
+        .collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut total = 0.0;
+    let mut open: Option<(f64, f64)> = None;
+    for (a, b) in spans {
+        match open {
+            Some((s, e)) if a <= e => open = Some((s, e.max(b))),
+            Some((s, e)) => {
+                total += e - s;
+                open = Some((a, b));
+            }
+            None => open = Some((a, b)),
+        }
+    }
+    total + open.map_or(0.0, |(s, e)| e - s)
+}
+
+/// Seconds from the first start (end less latency) to the last end of `kind`'s requests
+/// among `reqs`: their wall time when they overlap.
+fn span(reqs: &[Req], kind: &str) -> f64 {
+    let of: Vec<&Req> = reqs.iter().filter(|r| class(r) == kind).collect();
+    let first = of
+        .iter()
+        .map(|r| r.end_ms as f64 / 1000.0 - r.latency)
+        .fold(f64::INFINITY, f64::min);
+    let last = of
+        .iter()
+        .map(|r| r.end_ms as f64 / 1000.0)
+        .fold(f64::NEG_INFINITY, f64::max);
+    if of.is_empty() {
+        0.0
+    } else {
+        last - first
+    }
+}
+
+/// Where each kind of `reqs` lies in time, in seconds from `zero_ms` (first start to last
+/// end), in the order each kind first started, and when the process exited.
+fn timeline(reqs: &[Req], zero_ms: u128, exit_ms: u128) -> String {
+    let at = |ms: f64| (ms - zero_ms as f64) / 1000.0;
+    let mut kinds: Vec<(&'static str, f64, f64)> = Vec::new();
+    for r in reqs {
+        let end = r.end_ms as f64;
+        let start = end - r.latency * 1000.0;
+        let k = class(r);
+        match kinds.iter_mut().find(|(c, _, _)| *c == k) {
+            Some(e) => {
+                e.1 = e.1.min(start);
+                e.2 = e.2.max(end);
+            }
+            None => kinds.push((k, start, end)),
+        }
+    }
+    kinds.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut out: Vec<String> = kinds
+        .iter()
+        .map(|(k, a, b)| format!("{k} {:.3}-{:.3}", at(*a), at(*b)))
+        .collect();
+    out.push(format!("exit {:.3}", at(exit_ms as f64)));
+    out.join(", ")
 }
 
 fn show_classes(v: &[(&'static str, usize, f64)]) -> String {
@@ -388,11 +484,27 @@ struct AgentRun {
     snapshot_s: f64,
     upload_s: f64,
     hwm_kib: u64,
+    /// CPU seconds (user + system, all its threads, not its children) etcd-setup spent
+    /// from the snapshot's placing to its last sample before exit.
+    upload_cpu_s: f64,
     tree_maxrss_kib: u64,
     object: String,
     size: u64,
     spawned_ms: u128,
     exited_ms: u128,
+}
+
+/// CPU seconds (utime + stime of /proc/PID/stat) of `pid` so far: its own threads, not
+/// its children.
+fn cpu_s(pid: i32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the `(comm)`, which may hold spaces: state is field 3, utime 14, stime 15.
+    let rest = s.rsplit_once(") ")?.1;
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) };
+    Some(ticks as f64 / hz.max(1) as f64)
 }
 
 fn vm_hwm(pid: i32) -> Option<u64> {
@@ -406,7 +518,7 @@ fn vm_hwm(pid: i32) -> Option<u64> {
         .ok()
 }
 
-fn agent_run(cfg: &Path, snaps: &Path, state: &Path) -> AgentRun {
+fn agent_run(bin: &Path, cfg: &Path, snaps: &Path, state: &Path) -> AgentRun {
     use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
     let notify = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
     notify.add_watch(snaps, AddWatchFlags::IN_MOVED_TO).unwrap();
@@ -414,7 +526,7 @@ fn agent_run(cfg: &Path, snaps: &Path, state: &Path) -> AgentRun {
     let t0 = Instant::now();
     // Reaped below by wait4 (Child::wait gives no rusage).
     #[allow(clippy::zombie_processes)]
-    let mut child = Command::new(bin())
+    let mut child = Command::new(bin)
         .arg("snapshot")
         .arg("--config")
         .arg(cfg)
@@ -429,9 +541,13 @@ fn agent_run(cfg: &Path, snaps: &Path, state: &Path) -> AgentRun {
     let pid = child.id() as i32;
     let mut placed = None;
     let mut hwm = 0;
+    let (mut cpu_at_placed, mut cpu_last) = (None, 0.0);
     let (status, rusage, exited, exited_ms) = loop {
         if let Some(h) = vm_hwm(pid) {
             hwm = hwm.max(h);
+        }
+        if let Some(c) = cpu_s(pid) {
+            cpu_last = c;
         }
         if placed.is_none() {
             if let Ok(events) = notify.read_events() {
@@ -441,6 +557,7 @@ fn agent_run(cfg: &Path, snaps: &Path, state: &Path) -> AgentRun {
                         .is_some_and(|n| !n.to_string_lossy().starts_with('.'))
                 }) {
                     placed = Some(t0.elapsed());
+                    cpu_at_placed = Some(cpu_last);
                 }
             }
         }
@@ -496,6 +613,7 @@ fn agent_run(cfg: &Path, snaps: &Path, state: &Path) -> AgentRun {
         snapshot_s: placed.as_secs_f64(),
         upload_s: (exited - placed).as_secs_f64(),
         hwm_kib: hwm,
+        upload_cpu_s: cpu_last - cpu_at_placed.unwrap_or(0.0),
         tree_maxrss_kib: rusage.ru_maxrss as u64,
         object,
         size,
@@ -545,8 +663,18 @@ fn rclone_copy(bed: &Bed, home: &Path, file: &Path, dest: &str) -> (f64, u128, u
 #[derive(Clone, Copy)]
 enum Side {
     Agent,
+    /// The binary of `ETCD_SETUP_BENCH_BASELINE`.
+    Baseline,
     Plain,
     Sealed,
+}
+
+/// What the runs of one etcd-setup binary gave.
+#[derive(Default)]
+struct Runs {
+    runs: Vec<AgentRun>,
+    reqs: Vec<Vec<(&'static str, usize, f64)>>,
+    read_back_s: Vec<f64>,
 }
 
 fn main() {
@@ -680,15 +808,18 @@ identity_file = "{identity}"
             .size
     };
 
-    let mut agents: Vec<AgentRun> = Vec::new();
+    let (mut agent, mut base) = (Runs::default(), Runs::default());
     let (mut plain_s, mut sealed_s) = (Vec::new(), Vec::new());
-    let forward = [Side::Agent, Side::Plain, Side::Sealed];
+    let baseline = baseline_bin();
+    let forward: Vec<Side> = [Side::Agent, Side::Baseline, Side::Plain, Side::Sealed]
+        .into_iter()
+        .filter(|s| baseline.is_some() || !matches!(s, Side::Baseline))
+        .collect();
     let mut last_agent_object: Option<String> = None;
-    let mut agent_reqs: Vec<Vec<(&'static str, usize, f64)>> = Vec::new();
     // Round 0 warms the bed up and is not counted: a fresh radosgw takes seconds over its
     // first requests of each kind (its first multipart upload, its first HEAD).
     for r in 0..=rounds {
-        let mut order = forward;
+        let mut order = forward.clone();
         if r % 2 == 0 {
             order.reverse();
         }
@@ -701,9 +832,14 @@ identity_file = "{identity}"
         for side in order {
             let mark = bed.log_mark();
             match side {
-                Side::Agent => {
-                    let cfg = config_for(&format!("agent-{r}/"));
-                    let run = agent_run(&cfg, &snaps, &state);
+                Side::Agent | Side::Baseline => {
+                    let is_agent = matches!(side, Side::Agent);
+                    let (who, bin, runs) = match &baseline {
+                        Some(b) if !is_agent => ("baseline", b.clone(), &mut base),
+                        _ => ("agent", bin(), &mut agent),
+                    };
+                    let cfg = config_for(&format!("{who}-{r}/"));
+                    let run = agent_run(&bin, &cfg, &snaps, &state);
                     let reqs = bed.requests(mark, run.spawned_ms, run.exited_ms);
                     let head = client.head(&run.object).unwrap().unwrap();
                     assert_eq!(head.size, run.size, "{}", run.object);
@@ -714,32 +850,42 @@ identity_file = "{identity}"
                         run.object
                     );
                     println!(
-                        "{round} agent (etcd-setup snapshot): snapshot {:.3} s + upload {:.3} s \
-                         = {:.3} s; object {} bytes; VmHWM {:.1} MiB (ru_maxrss with etcdutl \
-                         {:.1} MiB)",
+                        "{round} {who} (etcd-setup snapshot): snapshot {:.3} s + upload {:.3} \
+                         s (CPU {:.2} s) = {:.3} s; object {} bytes; VmHWM {:.1} MiB \
+                         (ru_maxrss with etcdutl {:.1} MiB)",
                         run.snapshot_s,
                         run.upload_s,
+                        run.upload_cpu_s,
                         run.snapshot_s + run.upload_s,
                         run.size,
                         run.hwm_kib as f64 / 1024.0,
                         run.tree_maxrss_kib as f64 / 1024.0
                     );
-                    let in_store: f64 = reqs.iter().map(|r| r.latency).sum();
+                    let in_store = busy(&reqs);
+                    let read_back = span(&reqs, "get");
                     println!(
-                        "  radosgw's log of its requests: {}; {:.3} s in requests, {:.3} s of \
-                         the upload part outside them",
+                        "  radosgw's log of its requests: {}; read-back {read_back:.3} s; \
+                         {in_store:.3} s with a request open, {:.3} s of the upload part \
+                         without",
                         show_classes(&by_class(&reqs)),
-                        in_store,
                         run.upload_s - in_store
                     );
-                    if counted {
-                        agent_reqs.push(by_class(&reqs));
+                    let placed_ms = run.spawned_ms + (run.snapshot_s * 1000.0) as u128;
+                    println!(
+                        "  seconds after the snapshot was placed: {}",
+                        timeline(&reqs, placed_ms, run.exited_ms)
+                    );
+                    if is_agent {
+                        if let Some(old) = last_agent_object.replace(run.object.clone()) {
+                            client.delete(&old).unwrap();
+                        }
+                    } else {
+                        client.delete(&run.object).unwrap();
                     }
-                    if let Some(old) = last_agent_object.replace(run.object.clone()) {
-                        client.delete(&old).unwrap();
-                    }
                     if counted {
-                        agents.push(run);
+                        runs.reqs.push(by_class(&reqs));
+                        runs.read_back_s.push(read_back);
+                        runs.runs.push(run);
                     }
                 }
                 Side::Plain | Side::Sealed => {
@@ -904,13 +1050,7 @@ identity_file = "{identity}"
         secs(&sha_s)
     );
 
-    let up: Vec<f64> = agents.iter().map(|a| a.upload_s).collect();
-    let snap: Vec<f64> = agents.iter().map(|a| a.snapshot_s).collect();
-    let whole: Vec<f64> = agents.iter().map(|a| a.snapshot_s + a.upload_s).collect();
-    let hwm = agents.iter().map(|a| a.hwm_kib).max().unwrap();
-    let tree = agents.iter().map(|a| a.tree_maxrss_kib).max().unwrap();
-    let (m_up, m_plain, m_sealed) = (median(&up), median(&plain_s), median(&sealed_s));
-    let verdict = |ok: bool| if ok { "within target" } else { "OVER target" };
+    let (m_plain, m_sealed) = (median(&plain_s), median(&sealed_s));
     println!(
         "\n--- summary (etcd {version}, radosgw on loopback, {} cores, load {load_before} \
          before, {} after) ---",
@@ -919,79 +1059,38 @@ identity_file = "{identity}"
     );
     println!(
         "snapshot {:.1} MiB ({plain_len} bytes), sealed {sealed_len} bytes; {rounds} rounds \
-         A B C / C B A after a warm-up round",
-        mib(plain_len)
+         {} / {} after a warm-up round",
+        mib(plain_len),
+        if baseline.is_some() {
+            "A A' B C"
+        } else {
+            "A B C"
+        },
+        if baseline.is_some() {
+            "C B A' A"
+        } else {
+            "C B A"
+        },
     );
-    println!(
-        "agent upload part (bucket listed, lock, hash, seal + multipart upload, read back, \
-         marked verified, retention, records, exit): {} s, median {m_up:.3} s",
-        secs(&up)
-    );
-    println!(
-        "agent snapshot part (etcdctl snapshot, verified, placed): {} s, median {:.3} s; \
-         whole command median {:.3} s",
-        secs(&snap),
-        median(&snap),
-        median(&whole)
-    );
-    let mut kinds: Vec<&'static str> = Vec::new();
-    for run in &agent_reqs {
-        for (k, _, _) in run {
-            if !kinds.contains(k) {
-                kinds.push(k);
-            }
-        }
+    let m_up = summarize("agent", &agent, m_plain, m_sealed);
+    if let Some(b) = &baseline {
+        println!("\nbaseline {}:", b.display());
+        let m_base = summarize("baseline", &base, m_plain, m_sealed);
+        println!(
+            "ratio agent upload / baseline upload: {:.2}x",
+            m_up / m_base
+        );
     }
-    let per_kind: Vec<String> = kinds
-        .iter()
-        .map(|k| {
-            let of = |run: &Vec<(&'static str, usize, f64)>| {
-                run.iter()
-                    .find(|(c, _, _)| c == k)
-                    .map_or((0, 0.0), |e| (e.1, e.2))
-            };
-            let n = agent_reqs.iter().map(|r| of(r).0).max().unwrap_or(0);
-            let t: Vec<f64> = agent_reqs.iter().map(|r| of(r).1).collect();
-            format!("{k} {n}x {:.3} s", median(&t))
-        })
-        .collect();
-    let outside: Vec<f64> = agents
-        .iter()
-        .zip(&agent_reqs)
-        .map(|(a, r)| a.upload_s - r.iter().map(|e| e.2).sum::<f64>())
-        .collect();
-    println!(
-        "agent's requests as radosgw timed them (medians): {}; the upload part outside \
-         requests (hash, sealing between parts, the lock, records, process) median {:.3} s",
-        per_kind.join(", "),
-        median(&outside)
-    );
     println!(
         "rclone copy plain.db: {} s, median {m_plain:.3} s",
         secs(&plain_s)
     );
     println!(
         "rclone copy plain.db.age: {} s, median {m_sealed:.3} s; age -r alone {age_s:.3} s \
-         (age -r then rclone copy: {:.3} s)",
+         (age -r then rclone copy: {:.3} s); rclone sealed / plain {:.2}x",
         secs(&sealed_s),
-        age_s + m_sealed
-    );
-    println!(
-        "ratio agent upload / rclone copy plain: {:.2}x (target <= 1.2x: {})",
-        m_up / m_plain,
-        verdict(m_up / m_plain <= 1.2)
-    );
-    println!(
-        "ratio agent upload / rclone copy sealed: {:.2}x; rclone sealed / plain {:.2}x",
-        m_up / m_sealed,
+        age_s + m_sealed,
         m_sealed / m_plain
-    );
-    println!(
-        "agent peak RSS (VmHWM of etcd-setup, every 2 ms): {:.1} MiB (target <= 32 MiB: {}); \
-         ru_maxrss with its children (etcdutl) {:.1} MiB",
-        hwm as f64 / 1024.0,
-        verdict(hwm <= 32 << 10),
-        tree as f64 / 1024.0
     );
     println!(
         "library alone: seal::seal of plain.db to a sink median {:.3} s, one SHA-256 of it \
@@ -1010,4 +1109,80 @@ identity_file = "{identity}"
         median(&stock_s),
         proof.took.as_secs_f64()
     );
+}
+
+/// Prints the figures of `who`'s runs; the median of its upload part.
+fn summarize(who: &str, runs: &Runs, m_plain: f64, m_sealed: f64) -> f64 {
+    let agents = &runs.runs;
+    let up: Vec<f64> = agents.iter().map(|a| a.upload_s).collect();
+    let snap: Vec<f64> = agents.iter().map(|a| a.snapshot_s).collect();
+    let whole: Vec<f64> = agents.iter().map(|a| a.snapshot_s + a.upload_s).collect();
+    let hwm = agents.iter().map(|a| a.hwm_kib).max().unwrap();
+    let tree = agents.iter().map(|a| a.tree_maxrss_kib).max().unwrap();
+    let m_up = median(&up);
+    let cpu: Vec<f64> = agents.iter().map(|a| a.upload_cpu_s).collect();
+    let verdict = |ok: bool| if ok { "within target" } else { "OVER target" };
+    println!(
+        "{who} upload part (bucket listed, lock, hash, seal + multipart upload, read back, \
+         marked verified, retention, records, exit): {} s, median {m_up:.3} s",
+        secs(&up)
+    );
+    println!(
+        "{who} upload part's CPU (etcd-setup's threads, user + system, clock ticks): {} s, \
+         median {:.2} s",
+        secs(&cpu),
+        median(&cpu)
+    );
+    println!(
+        "{who} snapshot part (etcdctl snapshot, verified, placed): {} s, median {:.3} s; \
+         whole command median {:.3} s",
+        secs(&snap),
+        median(&snap),
+        median(&whole)
+    );
+    let mut kinds: Vec<&'static str> = Vec::new();
+    for run in &runs.reqs {
+        for (k, _, _) in run {
+            if !kinds.contains(k) {
+                kinds.push(k);
+            }
+        }
+    }
+    let per_kind: Vec<String> = kinds
+        .iter()
+        .map(|k| {
+            let of = |run: &Vec<(&'static str, usize, f64)>| {
+                run.iter()
+                    .find(|(c, _, _)| c == k)
+                    .map_or((0, 0.0), |e| (e.1, e.2))
+            };
+            let n = runs.reqs.iter().map(|r| of(r).0).max().unwrap_or(0);
+            let t: Vec<f64> = runs.reqs.iter().map(|r| of(r).1).collect();
+            format!("{k} {n}x {:.3} s", median(&t))
+        })
+        .collect();
+    println!(
+        "{who}'s requests as radosgw timed them (count, summed latency, medians): {}",
+        per_kind.join(", ")
+    );
+    println!(
+        "{who} read-back (its object GETs, first start to last end): {} s, median {:.3} s",
+        secs(&runs.read_back_s),
+        median(&runs.read_back_s)
+    );
+    println!(
+        "ratio {who} upload / rclone copy plain: {:.2}x (target <= 1.2x: {}); / rclone copy \
+         sealed {:.2}x",
+        m_up / m_plain,
+        verdict(m_up / m_plain <= 1.2),
+        m_up / m_sealed
+    );
+    println!(
+        "{who} peak RSS (VmHWM of etcd-setup, every 2 ms): {:.1} MiB (target <= 32 MiB: {}); \
+         ru_maxrss with its children (etcdutl) {:.1} MiB",
+        hwm as f64 / 1024.0,
+        verdict(hwm <= 32 << 10),
+        tree as f64 / 1024.0
+    );
+    m_up
 }

@@ -157,7 +157,9 @@ fn verification(c: &Cluster, file: &Path) -> String {
         f();
         t.elapsed().as_secs_f64()
     };
-    let trailer = || tools::check_trailer(file).unwrap();
+    let trailer = || {
+        tools::check_trailer(file).unwrap();
+    };
     let status = || {
         tools::file_status(&tool, file).unwrap();
     };

@@ -85,12 +85,16 @@ fn a_small_object_goes_up_in_one_put_and_comes_back_with_its_digest_and_metadata
     let mut up = c.upload("small/one.db", &meta);
     up.write_all(&body).unwrap();
     let sent = up.finish().unwrap();
-    assert_eq!(sent.len, 1000);
-    assert_eq!(sent.sha256, sha(&body));
+    assert_eq!(sent.object.len, 1000);
+    assert_eq!(sent.object.sha256, sha(&body));
+    assert_eq!(sent.parts, [sent.object], "one PUT, one part");
     let mut back = Vec::new();
     let got = c.get("small/one.db", &mut back).unwrap();
-    assert_eq!(got, sent);
+    assert_eq!(got, sent.object);
     assert_eq!(back, body);
+    let read = c.read_back("small/one.db", &sent.parts).unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!((read[0].got, read[0].object_size), (sent.object, 1000));
     let head = c.head("small/one.db").unwrap().unwrap();
     assert_eq!(head.size, 1000);
     assert_eq!(head.get("cluster-id"), Some("8e9e05c52164694d"));
@@ -110,15 +114,113 @@ fn a_large_object_goes_up_in_parts_and_comes_back_whole() {
         up.write_all(chunk).unwrap();
     }
     let sent = up.finish().unwrap();
-    assert_eq!(sent.len, body.len() as u64);
+    assert_eq!(sent.object.len, body.len() as u64);
     let mut back = Vec::new();
     let got = c.get("large/five-parts.db", &mut back).unwrap();
     assert_eq!(got.sha256, sha(&body));
-    assert_eq!(sent.sha256, sha(&body), "the digest of what was sent");
+    assert_eq!(
+        sent.object.sha256,
+        sha(&body),
+        "the digest of what was sent"
+    );
     assert!(back == body, "the object read back differs");
+    // Each part's digest is that of its slice of the object, in order.
+    let slices: Vec<&[u8]> = body.chunks(MIN_PART_SIZE).collect();
+    assert_eq!(sent.parts.len(), 5);
+    for (part, slice) in sent.parts.iter().zip(&slices) {
+        assert_eq!((part.len, part.sha256), (slice.len() as u64, sha(slice)));
+    }
+    // Read back part by part, several at once: each range as sent, the size stated.
+    let read = c.read_back("large/five-parts.db", &sent.parts).unwrap();
+    assert_eq!(read.iter().map(|r| r.got).collect::<Vec<_>>(), sent.parts);
+    assert!(read.iter().all(|r| r.object_size == body.len() as u64));
     let head = c.head("large/five-parts.db").unwrap().unwrap();
     assert_eq!(head.get("member"), Some("etcd-1"));
     assert!(c.list_uploads("large/").unwrap().is_empty());
+}
+
+/// `key` replaced in the bucket by `bytes` (in parts, as the agent writes).
+fn replace(c: &Client, key: &str, bytes: &[u8]) {
+    let mut up = c.upload(key, &[]);
+    up.write_all(bytes).unwrap();
+    up.finish().unwrap();
+}
+
+#[test]
+fn a_part_damaged_cut_or_grown_in_the_bucket_fails_the_read_back_naming_it() {
+    use etcd_setup::backup::bucket::verify_read_back;
+    let c = http();
+    let key = "damaged/five-parts.db";
+    let body = data(4 * MIN_PART_SIZE + 777, 3);
+    let mut up = c.upload(key, &[]);
+    up.write_all(&body).unwrap();
+    let sent = up.finish().unwrap();
+    let check = || verify_read_back("s3", key, &sent, &c.read_back(key, &sent.parts).unwrap());
+    check().unwrap();
+    let verify_failed = |what: &str| {
+        let e = check().unwrap_err();
+        assert_eq!(e.code, ReasonCode::BackupVerifyFailed, "{what}: {e:?}");
+        assert!(
+            e.message.contains("does not count as a backup"),
+            "{what}: {e:?}"
+        );
+        e.message
+    };
+
+    // One byte flipped in the fourth part: the other four read back as sent.
+    let mut flipped = body.clone();
+    flipped[3 * MIN_PART_SIZE + 4242] ^= 0x20;
+    replace(&c, key, &flipped);
+    let read = c.read_back(key, &sent.parts).unwrap();
+    for (i, (r, p)) in read.iter().zip(&sent.parts).enumerate() {
+        assert_eq!(r.got == *p, i != 3, "part {}", i + 1);
+    }
+    let first = 3 * MIN_PART_SIZE;
+    let m = verify_failed("a flipped byte");
+    assert!(
+        m.contains(&format!(
+            "part 4 (bytes {first}-{}) read back",
+            first + MIN_PART_SIZE - 1
+        )),
+        "{m}"
+    );
+
+    // Cut by one byte: the last part comes back short, the size stated one less.
+    replace(&c, key, &body[..body.len() - 1]);
+    let m = verify_failed("a cut object");
+    assert!(
+        m.contains(&format!("the store holds {} bytes", body.len() - 1)),
+        "{m}"
+    );
+
+    // One byte more at the end: every part reads back as sent, but the object is larger.
+    let mut grown = body.clone();
+    grown.push(0);
+    replace(&c, key, &grown);
+    let read = c.read_back(key, &sent.parts).unwrap();
+    assert!(read.iter().zip(&sent.parts).all(|(r, p)| r.got == *p));
+    let m = verify_failed("a grown object");
+    assert!(
+        m.contains(&format!("the store holds {} bytes", body.len() + 1)),
+        "{m}"
+    );
+
+    // Replaced by a small object: the later parts' ranges start past its end (HTTP 416)
+    // and come back empty, which is a read-back that differs, not a failed request.
+    replace(&c, key, &body[..1000]);
+    let read = c.read_back(key, &sent.parts).unwrap();
+    assert_eq!(read[0].got.len, 1000);
+    assert!(read[1..]
+        .iter()
+        .all(|r| r.got.len == 0 && r.object_size == 1000));
+    let m = verify_failed("a small object");
+    assert!(m.contains("the store holds 1000 bytes"), "{m}");
+
+    // Gone: the read-back's request fails with the store's own answer.
+    c.delete(key).unwrap();
+    let e = c.read_back(key, &sent.parts).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    assert!(e.message.starts_with("read back s3://"), "{e}");
 }
 
 #[test]
@@ -220,10 +322,12 @@ fn https_works_with_the_ca_file_and_is_refused_without_it() {
     let c = client_for(&settings_with(&s.https, &ca).unwrap());
     let mut up = c.upload("tls/one.db", &[]);
     up.write_all(b"over tls").unwrap();
-    up.finish().unwrap();
+    let sent = up.finish().unwrap();
     let mut back = Vec::new();
     c.get("tls/one.db", &mut back).unwrap();
     assert_eq!(back, b"over tls");
+    let read = c.read_back("tls/one.db", &sent.parts).unwrap();
+    assert_eq!((read[0].got, read[0].object_size), (sent.object, 8));
 
     // The system's bundle does not know the test CA.
     let c = client_for(&settings_with(&s.https, "").unwrap());
@@ -284,6 +388,15 @@ mod bucket {
         }
     }
 
+    /// The length and SHA-256 of `file`, as the snapshot's verification gives them.
+    fn digest_of(file: &std::path::Path) -> etcd_setup::backup::s3::Digest256 {
+        let bytes = std::fs::read(file).unwrap();
+        etcd_setup::backup::s3::Digest256 {
+            len: bytes.len() as u64,
+            sha256: sha(&bytes),
+        }
+    }
+
     fn snapshot(len: usize, seed: u8) -> (tempfile::NamedTempFile, Vec<u8>) {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         let body = data(len, seed);
@@ -314,7 +427,15 @@ mod bucket {
         let c = client_for(&b);
         let (file, body) = snapshot(MIN_PART_SIZE + 4321, 7);
         let m = meta(0x8e9e05c52164694d, 1_796_118_300, 4711);
-        let up = bucket::upload_snapshot(&b, &c, file.path(), &m, &mut pass_through).unwrap();
+        let up = bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &digest_of(file.path()),
+            &m,
+            &mut pass_through,
+        )
+        .unwrap();
         assert_eq!(
             up.key,
             "sealed/8e9e05c52164694d/20261201T094500Z-rev4711-etcd-1.db.age"
@@ -351,9 +472,15 @@ mod bucket {
             called = true;
             Ok(())
         };
-        let up =
-            bucket::upload_snapshot(&b, &c, file.path(), &meta(1, 1_796_118_300, 5), &mut seal)
-                .unwrap();
+        let up = bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &digest_of(file.path()),
+            &meta(1, 1_796_118_300, 5),
+            &mut seal,
+        )
+        .unwrap();
         assert!(!called);
         assert!(up.key.ends_with("-rev5-etcd-1.db"), "{}", up.key);
         let mut back = Vec::new();
@@ -363,6 +490,39 @@ mod bucket {
             c.head(&up.key).unwrap().unwrap().get(key::SEAL),
             Some("none")
         );
+    }
+
+    #[test]
+    fn a_snapshot_that_changed_since_its_verification_does_not_count() {
+        let b = settings("changed/", "");
+        let c = client_for(&b);
+        let (file, body) = snapshot(MIN_PART_SIZE + 10, 4);
+        // Verified as it was; one byte differs by the time it is uploaded.
+        let verified = digest_of(file.path());
+        let mut changed = body.clone();
+        changed[MIN_PART_SIZE] ^= 1;
+        std::fs::write(file.path(), &changed).unwrap();
+        let e = bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &verified,
+            &meta(2, 1_796_118_300, 6),
+            &mut pass_through,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ReasonCode::BackupFailed, "{e:?}");
+        assert!(
+            e.message.contains("changed since it was verified")
+                && e.message
+                    .contains(&etcd_setup::backup::sigv4::hex(&verified.sha256)),
+            "{e:?}"
+        );
+        // What went up is not marked verified, so it counts for nothing.
+        let key = bucket::object_name(&b, &meta(2, 1_796_118_300, 6));
+        let head = c.head(&key).unwrap().unwrap();
+        assert_eq!(head.get(key::VERIFIED), None);
+        assert_eq!(bucket::newest_verified(&b, &c, 2).unwrap(), None);
     }
 
     #[test]
@@ -378,6 +538,7 @@ mod bucket {
                 &b,
                 &c,
                 file.path(),
+                &digest_of(file.path()),
                 &meta(ours, base + i * 3600, 100 + i as i64),
                 &mut pass_through,
             )
@@ -401,6 +562,7 @@ mod bucket {
             &b,
             &c,
             file.path(),
+            &digest_of(file.path()),
             &meta(0xbbbb, base, 1),
             &mut pass_through,
         )
@@ -472,7 +634,15 @@ mod bucket {
         let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
         assert!(bucket::upload_due(&b, &c, 7, at(t)).unwrap());
         let (file, _) = snapshot(10, 1);
-        bucket::upload_snapshot(&b, &c, file.path(), &meta(7, t, 1), &mut pass_through).unwrap();
+        bucket::upload_snapshot(
+            &b,
+            &c,
+            file.path(),
+            &digest_of(file.path()),
+            &meta(7, t, 1),
+            &mut pass_through,
+        )
+        .unwrap();
         assert!(!bucket::upload_due(&b, &c, 7, at(t + 899)).unwrap());
         assert!(bucket::upload_due(&b, &c, 7, at(t + 900)).unwrap());
         // Another cluster's object does not count for this one.

@@ -12,7 +12,7 @@
 //! only objects whose name has this grammar under this cluster's prefix and whose metadata
 //! names this cluster, and never the newest verified one.
 
-use super::s3::{Client, Digest256, Head, S3Result};
+use super::s3::{Client, Digest256, Head, RangeRead, S3Result, Sent};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::BackupSettings;
 use crate::shared::report::file_stamp;
@@ -206,42 +206,60 @@ impl<R: Read> Read for Hashing<R> {
     }
 }
 
-fn digest_of(file: &Path) -> Result<Digest256, Failure> {
-    let f = std::fs::File::open(file).map_err(|e| Failure::io(file, "cannot open", e))?;
-    let mut h = Hashing {
-        inner: f,
-        hasher: Sha256::new(),
-        len: 0,
-    };
-    io::copy(&mut h, &mut io::sink()).map_err(|e| Failure::io(file, "cannot read", e))?;
-    Ok(Digest256 {
-        len: h.len,
-        sha256: h.hasher.finalize().into(),
-    })
-}
-
-/// Whether what came back is what was sent; `backup-verify-failed` naming the object
-/// when not.
+/// Whether what came back ([`Client::read_back`]) is what was sent: the object's size
+/// as the store stated it equal to the bytes sent, and each part's range read back equal
+/// (length and SHA-256) to the part sent. The parts follow each other from byte 0 and add
+/// up to the object, so this proves every byte in the bucket is the byte sent, as a
+/// whole-object hash would. `backup-verify-failed` naming the object and the first part
+/// that differs when not.
 pub fn verify_read_back(
     client_shown: &str,
     key: &str,
-    sent: &Digest256,
-    got: &Digest256,
+    sent: &Sent,
+    got: &[RangeRead],
 ) -> Result<(), Failure> {
-    if sent == got {
-        return Ok(());
+    let hex = super::sigv4::hex;
+    let differs = |what: String| {
+        Err(Failure::new(
+            ReasonCode::BackupVerifyFailed,
+            format!(
+                "{key} in {client_shown}: {what}; {} bytes with SHA-256 {} were sent; the \
+                 object does not count as a backup",
+                sent.object.len,
+                hex(&sent.object.sha256)
+            ),
+        ))
+    };
+    if got.len() != sent.parts.len() {
+        return differs(format!(
+            "{} of its {} parts were read back",
+            got.len(),
+            sent.parts.len()
+        ));
     }
-    Err(Failure::new(
-        ReasonCode::BackupVerifyFailed,
-        format!(
-            "{key} in {client_shown}: read back {} bytes with SHA-256 {}, but {} bytes with \
-             SHA-256 {} were sent; the object does not count as a backup",
-            got.len,
-            super::sigv4::hex(&got.sha256),
-            sent.len,
-            super::sigv4::hex(&sent.sha256)
-        ),
-    ))
+    let mut offset = 0;
+    for (i, (part, read)) in sent.parts.iter().zip(got).enumerate() {
+        if read.object_size != sent.object.len {
+            return differs(format!("the store holds {} bytes", read.object_size));
+        }
+        if read.got != *part {
+            return differs(format!(
+                "part {} (bytes {offset}-{}) read back as {} bytes with SHA-256 {}, but was \
+                 sent as {} bytes with SHA-256 {}",
+                i + 1,
+                offset + part.len.max(1) - 1,
+                read.got.len,
+                hex(&read.got.sha256),
+                part.len,
+                hex(&part.sha256)
+            ));
+        }
+        offset += part.len;
+    }
+    if offset != sent.object.len {
+        return differs(format!("its parts add up to {offset} bytes"));
+    }
+    Ok(())
 }
 
 /// What an error of a stream from `snapshot` into an upload means: the store's error
@@ -260,59 +278,56 @@ pub fn stream_failure(snapshot: &Path, e: io::Error) -> Failure {
     }
 }
 
-/// Uploads `snapshot` (a verified snapshot file) as the object of `meta`: streamed through
-/// `seal` (when `settings.encrypt`) into the bucket while another thread hashes the file
-/// on its own, the two reads compared (the file must not change meanwhile), the object
-/// read back and compared, then marked verified in its metadata with both digests.
-/// Memory is bounded to a few parts ([`super::s3::IN_FLIGHT`]).
+/// Uploads `snapshot` (a verified snapshot file, `verified` its length and SHA-256 as its
+/// verification read them) as the object of `meta`: streamed through `seal` (when
+/// `settings.encrypt`) into the bucket, the plaintext hashed as it is read and compared
+/// with `verified` (what went up is the snapshot that was verified, unchanged since), the
+/// object read back part by part and compared ([`Client::read_back`],
+/// [`verify_read_back`]), then marked verified in its metadata with both digests. Memory
+/// is bounded to a few parts ([`super::s3::IN_FLIGHT`]).
 pub fn upload_snapshot(
     settings: &BackupSettings,
     client: &Client,
     snapshot: &Path,
+    verified: &Digest256,
     meta: &Meta,
     seal: &mut Seal<'_>,
 ) -> Result<Uploaded, Failure> {
     let name = object_name(settings, meta);
     let mut metadata = upload_meta(settings, meta);
-    let (plain, streamed) = std::thread::scope(|s| {
-        // The file's own read, beside the one that is sealed and sent.
-        let own = s.spawn(|| digest_of(snapshot));
-        let streamed = stream_up(settings, client, snapshot, &name, &metadata, seal);
-        let own = own.join().unwrap_or_else(|_| {
-            Err(Failure::new(
-                ReasonCode::BackupFailed,
-                format!("the thread hashing {} panicked", snapshot.display()),
-            ))
-        });
-        // A failed upload says why first; the file's own read after it.
-        let streamed = streamed?;
-        Ok::<_, Failure>((own?, streamed))
-    })?;
-    let (again, sent) = streamed;
-    if again != plain {
+    let (plain, sent) = stream_up(settings, client, snapshot, &name, &metadata, seal)?;
+    if plain != *verified {
         return Err(Failure::new(
             ReasonCode::BackupFailed,
             format!(
-                "{} changed while it was uploaded as {name}; the object does not count",
-                snapshot.display()
+                "{} changed since it was verified ({} bytes with SHA-256 {}; {} bytes with \
+                 SHA-256 {} were read to upload it as {name}); the object does not count",
+                snapshot.display(),
+                verified.len,
+                super::sigv4::hex(&verified.sha256),
+                plain.len,
+                super::sigv4::hex(&plain.sha256)
             ),
         ));
     }
-    let got = client.get(&name, &mut io::sink())?;
+    let got = client.read_back(&name, &sent.parts)?;
     verify_read_back(&format!("{client:?}"), &name, &sent, &got)?;
     metadata.push((key::PLAIN_SHA256.into(), super::sigv4::hex(&plain.sha256)));
-    metadata.push((key::OBJECT_SHA256.into(), super::sigv4::hex(&sent.sha256)));
+    metadata.push((
+        key::OBJECT_SHA256.into(),
+        super::sigv4::hex(&sent.object.sha256),
+    ));
     metadata.push((key::VERIFIED.into(), "read-back".into()));
     client.set_meta(&name, &metadata)?;
     Ok(Uploaded {
         key: name,
-        object: sent,
+        object: sent.object,
         plain,
     })
 }
 
 /// Streams `snapshot` through `seal` (or as it is) into the object `name`: the digests of
-/// the plaintext read and of the object sent.
+/// the plaintext read and of the object sent (and its parts).
 fn stream_up(
     settings: &BackupSettings,
     client: &Client,
@@ -320,7 +335,7 @@ fn stream_up(
     name: &str,
     metadata: &[(String, String)],
     seal: &mut Seal<'_>,
-) -> Result<(Digest256, Digest256), Failure> {
+) -> Result<(Digest256, Sent), Failure> {
     let file =
         std::fs::File::open(snapshot).map_err(|e| Failure::io(snapshot, "cannot open", e))?;
     let mut reader = Hashing {
@@ -524,14 +539,45 @@ mod tests {
     }
 
     #[test]
-    fn a_read_back_that_differs_is_its_own_reason() {
-        let sent = Digest256 {
-            len: 10,
-            sha256: [1; 32],
+    fn a_read_back_that_differs_anywhere_is_its_own_reason_naming_the_part() {
+        let part = |len: u64, b: u8| Digest256 {
+            len,
+            sha256: [b; 32],
         };
-        verify_read_back("s3", "k", &sent, &sent).unwrap();
-        let e = verify_read_back("s3", "k", &sent, &Digest256 { len: 9, ..sent }).unwrap_err();
-        assert_eq!(e.code, ReasonCode::BackupVerifyFailed);
-        assert!(e.message.contains("k in s3"), "{}", e.message);
+        let sent = Sent {
+            object: part(25, 9),
+            parts: vec![part(10, 1), part(10, 2), part(5, 3)],
+        };
+        let read = |got: Digest256| RangeRead {
+            got,
+            object_size: 25,
+        };
+        let good: Vec<RangeRead> = sent.parts.iter().copied().map(read).collect();
+        verify_read_back("s3", "k", &sent, &good).unwrap();
+        let fails = |got: &[RangeRead]| {
+            let e = verify_read_back("s3", "k", &sent, got).unwrap_err();
+            assert_eq!(e.code, ReasonCode::BackupVerifyFailed);
+            assert!(e.message.starts_with("k in s3: "), "{}", e.message);
+            assert!(
+                e.message.contains("25 bytes with SHA-256 0909"),
+                "{}",
+                e.message
+            );
+            e.message
+        };
+        let mut bad = good.clone();
+        bad[1].got.sha256 = [7; 32];
+        let m = fails(&bad);
+        assert!(
+            m.contains("part 2 (bytes 10-19) read back as 10 bytes with SHA-256 0707"),
+            "{m}"
+        );
+        let mut longer = good.clone();
+        longer[2].object_size = 26;
+        assert!(fails(&longer).contains("the store holds 26 bytes"));
+        let mut short = good.clone();
+        short[2].got.len = 4;
+        assert!(fails(&short).contains("part 3 (bytes 20-24) read back as 4 bytes"));
+        assert!(fails(&good[..2]).contains("2 of its 3 parts were read back"));
     }
 }

@@ -38,6 +38,7 @@ pub mod names;
 pub mod offsite;
 
 use super::tools::{self, FileStatus};
+use crate::backup::s3::Digest256;
 use crate::cluster::lifecycle::Node;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::Settings;
@@ -62,6 +63,9 @@ pub const PRUNED: &str = "pruned";
 pub struct Outcome {
     /// The snapshot, as recorded.
     pub taken: SnapshotTaken,
+    /// Its file's length and SHA-256 as its verification read them (what an upload
+    /// compares the stream it seals with).
+    pub digest: Digest256,
     /// Snapshots moved aside by retention: where they were, where they are.
     pub pruned: Vec<(PathBuf, PathBuf)>,
     /// The copy into `snapshot.copy_dir` failed (the snapshot itself is kept).
@@ -217,16 +221,17 @@ fn retain(
 /// in its child), which costs the longer of the two instead of both; a bad trailer is
 /// still the failure told, as when the trailer was checked first.
 pub fn verify(s: &Settings, file: &Path) -> Result<FileStatus, Failure> {
-    verify_followed(s, file, None)
+    verify_followed(s, file, None).map(|(status, _)| status)
 }
 
 /// [`verify`], the trailer's hash finished from what `followed` hashed while etcdctl
-/// wrote the file ([`tools::Growing`]), when there is that.
+/// wrote the file ([`tools::Growing`]), when there is that; with the whole file's length
+/// and SHA-256 as the trailer's check read it.
 fn verify_followed(
     s: &Settings,
     file: &Path,
     followed: Option<tools::Growing>,
-) -> Result<FileStatus, Failure> {
+) -> Result<(FileStatus, Digest256), Failure> {
     let member = ThisMember::of(s);
     std::thread::scope(|t| {
         let trailer = t.spawn(move || match followed {
@@ -234,7 +239,7 @@ fn verify_followed(
             None => tools::check_trailer(file),
         });
         let status = tools::file_status(member.snapshot_tool(), file);
-        trailer.join().unwrap_or_else(|_| {
+        let digest = trailer.join().unwrap_or_else(|_| {
             Err(Failure::new(
                 ReasonCode::SnapshotCorrupt,
                 format!(
@@ -243,7 +248,7 @@ fn verify_followed(
                 ),
             ))
         })?;
-        status
+        Ok((status?, digest))
     })
 }
 
@@ -309,7 +314,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     let file = staging
         .open_file(&staged.name)
         .map_err(|e| Failure::io(&partial, "cannot open", e))?;
-    let status = verify_followed(s, &partial, followed)?;
+    let (status, digest) = verify_followed(s, &partial, followed)?;
     file.set_permissions(fs::Permissions::from_mode(0o600))
         .and_then(|()| file.sync_all())
         .map_err(|e| Failure::io(&partial, "cannot sync", e))?;
@@ -350,6 +355,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     }
     Ok(Outcome {
         offsite: None,
+        digest,
         cluster,
         etcd_version,
         taken: SnapshotTaken {
@@ -379,6 +385,7 @@ pub fn upload(s: &Settings, out: &mut Outcome, now: SystemTime) {
     let file = PathBuf::from(&out.taken.file);
     let placed = offsite::Placed {
         file: &file,
+        digest: out.digest,
         cluster: out.cluster,
         member: &s.node_name,
         revision: out.taken.revision,

@@ -2,6 +2,7 @@
 //! `etcdctl snapshot status|restore` on 3.4 (which has no etcdutl); and the SHA-256
 //! trailer etcd appends to every snapshot it streams, checked here without them.
 
+use crate::backup::s3::Digest256;
 use crate::reason::{Failure, ReasonCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -103,17 +104,30 @@ pub fn has_trailer(size: u64) -> bool {
 }
 
 /// Checks the SHA-256 etcd appends to a streamed snapshot (the database, then 32 bytes
-/// of its digest; see [`has_trailer`]). A file without it (a copied `member/snap/db`) is
-/// refused: restore it with `--skip-hash-check`.
-pub fn check_trailer(file: &Path) -> Result<(), Failure> {
+/// of its digest; see [`has_trailer`]): the length and SHA-256 of the whole file as it
+/// was read (the trailer included), which an upload compares with what it streams. A
+/// file without it (a copied `member/snap/db`) is refused: restore it with
+/// `--skip-hash-check`.
+pub fn check_trailer(file: &Path) -> Result<Digest256, Failure> {
     // Without leave to lack one, a file without a trailer is an error.
-    check_trailer_if_present(file, false).map(drop)
+    trailer_digest(file, false)?.ok_or_else(|| {
+        Failure::new(
+            ReasonCode::SnapshotCorrupt,
+            format!("{}: no trailer", file.display()),
+        )
+    })
 }
 
 /// [`check_trailer`], except that with `may_lack_one` (`restore --skip-hash-check`) a
 /// file without a trailer passes: `Ok(true)` when a trailer was there and matched,
 /// `Ok(false)` when there was none. A trailer that is there is always checked.
 pub fn check_trailer_if_present(file: &Path, may_lack_one: bool) -> Result<bool, Failure> {
+    trailer_digest(file, may_lack_one).map(|d| d.is_some())
+}
+
+/// [`check_trailer_if_present`]: the whole file's digest when a trailer was there and
+/// matched, `None` when there was none.
+fn trailer_digest(file: &Path, may_lack_one: bool) -> Result<Option<Digest256>, Failure> {
     let corrupt = |why: String| {
         Failure::new(
             ReasonCode::SnapshotCorrupt,
@@ -127,7 +141,7 @@ pub fn check_trailer_if_present(file: &Path, may_lack_one: bool) -> Result<bool,
         .len();
     if !has_trailer(size) {
         if may_lack_one {
-            return Ok(false);
+            return Ok(None);
         }
         return Err(corrupt(format!(
             "{size} bytes is no database with etcd's SHA-256 trailer (truncated, or a \
@@ -147,7 +161,7 @@ pub fn check_trailer_if_present(file: &Path, may_lack_one: bool) -> Result<bool,
     let mut trailer = [0u8; 32];
     f.read_exact(&mut trailer)
         .map_err(|e| Failure::io(file, "cannot read", e))?;
-    if h.finalize().as_slice() != trailer {
+    if h.clone().finalize().as_slice() != trailer {
         let skip = if may_lack_one {
             "; --skip-hash-check is for files without a trailer, and this one has one"
         } else {
@@ -157,7 +171,11 @@ pub fn check_trailer_if_present(file: &Path, may_lack_one: bool) -> Result<bool,
             "its SHA-256 trailer does not match its content (damaged or truncated){skip}"
         )));
     }
-    Ok(true)
+    h.update(trailer);
+    Ok(Some(Digest256 {
+        len: size,
+        sha256: h.finalize().into(),
+    }))
 }
 
 /// The SHA-256 of a snapshot hashed while etcdctl writes it, so that only the last
@@ -226,8 +244,9 @@ impl Growing {
     }
 
     /// Checks the trailer of `file`, the final snapshot (the writer gone): what was
-    /// followed when it is the same file, else (or on any doubt) [`check_trailer`].
-    pub fn finish(mut self, file: &Path) -> Result<(), Failure> {
+    /// followed when it is the same file, else (or on any doubt) [`check_trailer`]. The
+    /// whole file's length and SHA-256, as [`check_trailer`] gives them.
+    pub fn finish(mut self, file: &Path) -> Result<Digest256, Failure> {
         use std::os::unix::fs::MetadataExt;
         let whole = || check_trailer(file);
         let f = open_regular(file)?;
@@ -250,11 +269,17 @@ impl Growing {
             Ok(m) => m.len(),
             Err(_) => return whole(),
         };
-        if self.read != size || !has_trailer(size) || self.hasher.finalize().as_slice() != self.held
+        if self.read != size
+            || !has_trailer(size)
+            || self.hasher.clone().finalize().as_slice() != self.held
         {
             return whole();
         }
-        Ok(())
+        self.hasher.update(&self.held);
+        Ok(Digest256 {
+            len: size,
+            sha256: self.hasher.finalize().into(),
+        })
     }
 }
 
@@ -376,7 +401,7 @@ mod tests {
 
     /// Writes `bytes` to `partial` in uneven pieces from another thread while a follower
     /// hashes it, renames it to `done_name` as etcdctl does, and finishes the check there.
-    fn follow_a_writer(bytes: &[u8], dir: &Path) -> Result<(), Failure> {
+    fn follow_a_writer(bytes: &[u8], dir: &Path) -> Result<Digest256, Failure> {
         use std::io::Write;
         use std::sync::atomic::{AtomicBool, Ordering};
         let partial = dir.join("s.db.part");
@@ -402,7 +427,14 @@ mod tests {
     #[test]
     fn a_snapshot_hashed_while_written_passes_or_fails_as_a_whole_check_would() {
         let dir = tempfile::tempdir().unwrap();
-        follow_a_writer(&snapshot_bytes(700, false), dir.path()).expect("a good snapshot");
+        let good = snapshot_bytes(700, false);
+        let whole = Digest256 {
+            len: good.len() as u64,
+            sha256: Sha256::digest(&good).into(),
+        };
+        let got = follow_a_writer(&good, dir.path()).expect("a good snapshot");
+        assert_eq!(got, whole, "the whole file's digest, trailer included");
+        assert_eq!(check_trailer(&dir.path().join("s.db")).unwrap(), whole);
         let e = follow_a_writer(&snapshot_bytes(700, true), dir.path()).unwrap_err();
         assert_eq!(e.code, ReasonCode::SnapshotCorrupt);
         assert!(e.message.contains("does not match its content"), "{e:?}");
@@ -425,10 +457,16 @@ mod tests {
         let done = AtomicBool::new(true);
         let r = std::fs::File::open(dir.path().join("old")).unwrap();
         let followed = Growing::follow(r, &done).unwrap();
-        std::fs::write(dir.path().join("s.db"), snapshot_bytes(9, false)).unwrap();
-        followed
+        let good = snapshot_bytes(9, false);
+        std::fs::write(dir.path().join("s.db"), &good).unwrap();
+        let got = followed
             .finish(&dir.path().join("s.db"))
             .expect("the final file is good");
+        assert_eq!(
+            (got.len, got.sha256),
+            (good.len() as u64, Sha256::digest(&good).into()),
+            "the digest of the final file, not of the one followed"
+        );
         // And the other way round: followed good, final damaged.
         std::fs::write(dir.path().join("good"), snapshot_bytes(8, false)).unwrap();
         let r = std::fs::File::open(dir.path().join("good")).unwrap();

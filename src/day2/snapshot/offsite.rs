@@ -22,6 +22,7 @@
 //! `backup-unreachable`, …): the local snapshot stays kept and recorded.
 
 use crate::backup::bucket::{self, Meta};
+use crate::backup::s3::Digest256;
 use crate::backup::{s3, seal};
 use crate::cluster::etcd::{Client as Etcd, ErrorKind};
 use crate::reason::{Failure, ReasonCode};
@@ -42,6 +43,8 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(15 * 60);
 pub struct Placed<'a> {
     /// Its file in `snapshot.dir`.
     pub file: &'a Path,
+    /// The file's length and SHA-256 as its verification read them.
+    pub digest: Digest256,
     /// The cluster's ID.
     pub cluster: u64,
     /// This member's name.
@@ -166,7 +169,7 @@ pub fn upload(b: &BackupSettings, etcd: &Etcd, placed: &Placed<'_>) -> Result<Of
         revision: placed.revision,
         encrypted: b.encrypt,
     };
-    let up = match bucket::upload_snapshot(b, &client, file, &meta, &mut sealer) {
+    let up = match bucket::upload_snapshot(b, &client, file, &placed.digest, &meta, &mut sealer) {
         Ok(up) => up,
         Err(failure) => {
             // Written but not matched on read-back: the object stays (retention sees it
