@@ -76,7 +76,7 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// killed at 3 s of grace although etcd answered); etcdctl's timeouts still bound etcd's
 /// side, so a longer grace only bounds a stuck child later.
 const GRACE: Duration = Duration::from_secs(10);
-/// How long [`Client::lock`] keeps asking again after transient failures in a row.
+/// How long [`Client::lock`] keeps asking again after its first transient failure.
 const LOCK_TRANSIENT_FOR: Duration = Duration::from_secs(60);
 /// The pause before it asks again.
 const LOCK_RETRY_PAUSE: Duration = Duration::from_secs(2);
@@ -466,7 +466,7 @@ impl Client {
     /// `lock NAME --ttl=TTL`, held until the returned guard is dropped or released;
     /// waits at most `wait` to acquire it. See [`ClusterLock`]. A transient failure
     /// ([`EtcdError::is_transient`]) is asked again, within `wait` and for at most
-    /// [`LOCK_TRANSIENT_FOR`] of failures in a row; the error then says how often.
+    /// [`LOCK_TRANSIENT_FOR`] after the first; the error then says how often it asked.
     pub fn lock(
         &self,
         name: &str,
@@ -476,7 +476,7 @@ impl Client {
         let started = Instant::now();
         let mut attempts = 0u32;
         // A failure comes at once or after a wait for another holder: the retries'
-        // bound counts from the first failure.
+        // bound counts from the first failure, not from the start.
         let mut failing_since: Option<Instant> = None;
         loop {
             // SIGTERM: etcdctl then releases the lock at once; after SIGKILL of etcdctl
