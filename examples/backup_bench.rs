@@ -47,8 +47,9 @@
 //!    run; its medians and ratios are printed beside the agent's.
 //!
 //!    The read-back's time is the span of the agent's object GETs in radosgw's log, from
-//!    the first one's start (its end less its latency) to the last one's end: one GET, or
-//!    the ranged GETs of its parts, several at once.
+//!    the first one's start (its end less its latency) to the last one's end (one GET
+//!    since the read-back hashes the parts of one stream; ranged GETs in 51b6a77's
+//!    build, a baseline that may be measured beside it).
 //! 3. Verification of the last agent object (`etcd-setup backups verify` is not there
 //!    yet), alternated: the library (`Client::get` streamed into `seal::open`, the
 //!    plaintext's SHA-256 compared with the object's metadata) against the stock tools

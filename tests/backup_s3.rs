@@ -205,8 +205,8 @@ fn a_part_damaged_cut_or_grown_in_the_bucket_fails_the_read_back_naming_it() {
         "{m}"
     );
 
-    // Replaced by a small object: the later parts' ranges start past its end (HTTP 416)
-    // and come back empty, which is a read-back that differs, not a failed request.
+    // Replaced by a small object: the later parts' ranges start past its end and come
+    // back empty, which is a read-back that differs, not a failed request.
     replace(&c, key, &body[..1000]);
     let read = c.read_back(key, &sent.parts).unwrap();
     assert_eq!(read[0].got.len, 1000);

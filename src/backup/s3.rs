@@ -25,9 +25,6 @@ use std::time::{Duration, SystemTime};
 pub const PART_SIZE: usize = 6 << 20;
 /// How many parts of one upload are sent at once, each on a thread of its own.
 pub const IN_FLIGHT: usize = 2;
-/// How many parts of an object are read back at once ([`Client::read_back`]), each by a
-/// ranged GET on a thread of its own that hashes what it reads (nothing is buffered).
-pub const READ_BACK_IN_FLIGHT: usize = 3;
 /// The smallest part S3 takes (every part but the last).
 pub const MIN_PART_SIZE: usize = 5 << 20;
 /// The system's CA bundle, the trust roots when `backup.ca_file` is not given.
@@ -154,12 +151,12 @@ pub struct Digest256 {
     pub sha256: [u8; 32],
 }
 
-/// What a ranged GET read ([`Client::get_range`]).
+/// What came back of one part's range of an object ([`Client::read_back`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RangeRead {
-    /// The bytes that came back: fewer than asked for when the object ends sooner.
+    /// The bytes that came back: fewer than the part's when the object ends sooner.
     pub got: Digest256,
-    /// The object's whole size as the store stated it (`Content-Range`).
+    /// The object's whole size as read.
     pub object_size: u64,
 }
 
@@ -648,8 +645,13 @@ impl Client {
 
     /// Downloads `key` into `out`; its length and SHA-256.
     pub fn get(&self, key: &str, out: &mut dyn Write) -> S3Result<Digest256> {
+        self.get_as("download", key, out)
+    }
+
+    /// [`Client::get`], its errors naming the operation `op`.
+    fn get_as(&self, op: &'static str, key: &str, out: &mut dyn Write) -> S3Result<Digest256> {
         let req = Req {
-            op: "download",
+            op,
             method: "GET",
             key: Some(key),
             query: Vec::new(),
@@ -662,182 +664,40 @@ impl Client {
             inner: out,
             hasher: Sha256::new(),
         };
-        let len = self.body_into("download", Some(key), &mut resp, false, &mut tee)?;
+        let len = self.body_into(op, Some(key), &mut resp, false, &mut tee)?;
         Ok(Digest256 {
             len,
             sha256: tee.hasher.finalize().into(),
         })
     }
 
-    /// Reads `len` bytes of `key` from `offset` (a ranged GET, hashed as they come, kept
-    /// nowhere): what came back and the object's size as the store stated it. A range
-    /// that starts past the object's end comes back empty (HTTP 416; its size from a HEAD
-    /// when the answer does not state it), so that a short object reads as one and is not
-    /// taken for a failed request.
-    pub fn get_range(&self, key: &str, offset: u64, len: u64) -> S3Result<RangeRead> {
-        const OP: &str = "read back";
-        if len == 0 {
-            // No range names zero bytes: the whole (empty) object.
-            let got = self.get(key, &mut io::sink())?;
-            return Ok(RangeRead {
-                got,
-                object_size: got.len,
-            });
-        }
-        let last = offset + len - 1;
-        let req = Req {
-            op: OP,
-            method: "GET",
-            key: Some(key),
-            query: Vec::new(),
-            headers: vec![("range".to_string(), format!("bytes={offset}-{last}"))],
-            body: &[],
-            payload_sha256: None,
-        };
-        let mut resp = self.send(&req)?;
-        let stated = resp.header("content-range").map(content_range);
-        let malformed = |what: &str| {
-            self.err(
-                ErrorKind::Other,
-                OP,
-                Some(key),
-                format_args!("{what} in the answer to a GET of bytes {offset}-{last}"),
-            )
-        };
-        match (resp.status, stated) {
-            (206, Some(Some((Some(start), object_size)))) if start == offset => {
-                let mut tee = Hashing {
-                    inner: &mut io::sink(),
-                    hasher: Sha256::new(),
-                };
-                let n = self.body_into(OP, Some(key), &mut resp, false, &mut tee)?;
-                Ok(RangeRead {
-                    got: Digest256 {
-                        len: n,
-                        sha256: tee.hasher.finalize().into(),
-                    },
-                    object_size,
-                })
-            }
-            (206, _) => Err(malformed("no Content-Range of the bytes asked for")),
-            (416, stated) => {
-                // S3 states the size (`bytes */SIZE`); radosgw does not: then HEAD.
-                let object_size = match stated {
-                    Some(Some((None, size))) => size,
-                    _ => match self.head(key)? {
-                        Some(h) => h.size,
-                        None => return Err(self.err(ErrorKind::NotFound, OP, Some(key), "gone")),
-                    },
-                };
-                Ok(RangeRead {
-                    got: Digest256 {
-                        len: 0,
-                        sha256: Sha256::digest([]).into(),
-                    },
-                    object_size,
-                })
-            }
-            (200..=299, _) => Err(self.err(
-                ErrorKind::Other,
-                OP,
-                Some(key),
-                format_args!(
-                    "HTTP {} to a GET of bytes {offset}-{last}: the store does not honour \
-                     Range",
-                    resp.status
-                ),
-            )),
-            (status, _) => {
-                let body = self
-                    .body_text(OP, Some(key), &mut resp, false)
-                    .unwrap_or_default();
-                Err(self.s3_error(&req, status, &body))
-            }
-        }
-    }
-
-    /// Reads `key` back as `parts` were sent (from [`Sent::parts`]): each part's range by
-    /// a ranged GET ([`Client::get_range`]), [`READ_BACK_IN_FLIGHT`] at once, each hashed
-    /// on the thread that reads it; what came back of each, in part order. The first
-    /// failed request in part order is the error; once one fails no other is started.
+    /// Reads `key` back as `parts` were sent (from [`Sent::parts`]): one GET of the
+    /// object ([`Client::get`]), each part's range hashed apart as the bytes stream by
+    /// (kept nowhere); what came back of each, in part order. Bytes past the last part
+    /// count in the object's size only; a part the object ends before comes back short
+    /// or empty.
     ///
     /// With every part's bytes as stored equal (SHA-256 and length) to the part sent,
-    /// the ranges following each other from 0, and the object's size as stated equal to
-    /// their sum, the object is the bytes sent, byte for byte: the same proof as one GET
-    /// of the whole object hashed in order, in a fraction of its time.
+    /// the ranges following each other from 0, and the object's size equal to their sum,
+    /// the object is the bytes sent, byte for byte, and the first part that differs is
+    /// named. (Three ranged GETs at once measured no faster than this one GET, 0.102 s
+    /// against 0.106 s for 121 MiB on the bed, and cost a connection a part.)
     pub fn read_back(&self, key: &str, parts: &[Digest256]) -> S3Result<Vec<RangeRead>> {
-        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        let mut ranges = Vec::with_capacity(parts.len());
-        let mut offset = 0;
-        for p in parts {
-            ranges.push((offset, p.len));
-            offset += p.len;
-        }
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        let reader = || {
-            let mut read = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(offset, len)) = ranges.get(i) else {
-                    break;
-                };
-                let r = self.get_range(key, offset, len);
-                stop.fetch_or(r.is_err(), Ordering::Relaxed);
-                read.push((i, r));
-            }
-            read
+        let mut split = PartHashes {
+            lens: parts.iter().map(|p| p.len).collect(),
+            done: Vec::with_capacity(parts.len()),
+            part: Sha256::new(),
+            in_part: 0,
         };
-        let mut results: Vec<Option<S3Result<RangeRead>>> = vec![None; ranges.len()];
-        let panicked = std::thread::scope(|s| {
-            let threads: Vec<_> = (0..READ_BACK_IN_FLIGHT.min(ranges.len()))
-                .filter_map(|n| {
-                    std::thread::Builder::new()
-                        .name(format!("s3-read-back-{n}"))
-                        .spawn_scoped(s, reader)
-                        .ok()
-                })
-                .collect();
-            // No thread could be started: read every range on this one.
-            if threads.is_empty() {
-                for (i, r) in reader() {
-                    results[i] = Some(r);
-                }
-            }
-            let mut panicked = false;
-            for t in threads {
-                match t.join() {
-                    Ok(read) => {
-                        for (i, r) in read {
-                            results[i] = Some(r);
-                        }
-                    }
-                    Err(_) => panicked = true,
-                }
-            }
-            panicked
-        });
-        let mut out = Vec::with_capacity(results.len());
-        for (i, r) in results.into_iter().enumerate() {
-            match r {
-                Some(Ok(read)) => out.push(read),
-                Some(Err(e)) => return Err(e),
-                None => {
-                    let why = if panicked {
-                        "a thread reading it back panicked"
-                    } else {
-                        "it was never read back"
-                    };
-                    return Err(self.err(
-                        ErrorKind::Other,
-                        "read back",
-                        Some(key),
-                        format_args!("part {}: {why}", i + 1),
-                    ));
-                }
-            }
-        }
-        Ok(out)
+        let object = self.get_as("read back", key, &mut split)?;
+        Ok(split
+            .finish()
+            .into_iter()
+            .map(|got| RangeRead {
+                got,
+                object_size: object.len,
+            })
+            .collect())
     }
 
     /// The size and user metadata of `key`; `None` when there is no such object.
@@ -1375,6 +1235,64 @@ impl Write for Hashing<'_> {
     }
 }
 
+/// A writer that hashes what it is given in consecutive ranges of `lens` bytes, one
+/// digest each ([`Client::read_back`]); what comes after the last range is dropped.
+struct PartHashes {
+    lens: Vec<u64>,
+    done: Vec<Digest256>,
+    part: Sha256,
+    in_part: u64,
+}
+
+impl PartHashes {
+    /// Closes every part whose length is reached (a zero-length one at once).
+    fn close_full(&mut self) {
+        while let Some(&len) = self.lens.get(self.done.len()) {
+            if self.in_part < len {
+                break;
+            }
+            let sha256 = std::mem::take(&mut self.part).finalize().into();
+            self.done.push(Digest256 { len, sha256 });
+            self.in_part = 0;
+        }
+    }
+
+    /// Each part's digest: the ones the object ended in short, the ones after it empty.
+    fn finish(mut self) -> Vec<Digest256> {
+        self.close_full();
+        while self.done.len() < self.lens.len() {
+            let sha256 = std::mem::take(&mut self.part).finalize().into();
+            self.done.push(Digest256 {
+                len: self.in_part,
+                sha256,
+            });
+            self.in_part = 0;
+        }
+        self.done
+    }
+}
+
+impl Write for PartHashes {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut rest = buf;
+        self.close_full();
+        while let Some(&len) = self.lens.get(self.done.len()) {
+            if rest.is_empty() {
+                break;
+            }
+            let take = ((len - self.in_part) as usize).min(rest.len());
+            self.part.update(&rest[..take]);
+            self.in_part += take as u64;
+            rest = &rest[take..];
+            self.close_full();
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A `Vec` that refuses more than [`MAX_BODY`].
 struct Bounded(Vec<u8>);
 
@@ -1401,19 +1319,6 @@ fn read_line(r: &mut BufReader<Stream>, line: &mut String) -> io::Result<()> {
         ));
     }
     Ok(())
-}
-
-/// `Content-Range: bytes FIRST-LAST/SIZE` (206) or `bytes */SIZE` (416): the first byte
-/// (`None` for `*`) and the object's size; `None` when malformed or the size is `*`.
-fn content_range(v: &str) -> Option<(Option<u64>, u64)> {
-    let (range, size) = v.trim().strip_prefix("bytes ")?.split_once('/')?;
-    let size = size.trim().parse().ok()?;
-    if range.trim() == "*" {
-        return Some((None, size));
-    }
-    let (first, last) = range.split_once('-')?;
-    let (first, last): (u64, u64) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
-    (first <= last && last < size).then_some((Some(first), size))
 }
 
 /// The trust roots: `ca_file` alone when given, else the system bundle.
@@ -1498,26 +1403,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn content_ranges_are_read_and_nothing_else() {
-        assert_eq!(
-            content_range("bytes 0-6291455/127926531"),
-            Some((Some(0), 127926531))
-        );
-        assert_eq!(
-            content_range("bytes 6291456-12582911/12582912"),
-            Some((Some(6291456), 12582912))
-        );
-        assert_eq!(content_range("bytes */1000"), Some((None, 1000)));
-        for bad in [
-            "bytes 5-4/10",
-            "bytes 0-10/10",
-            "bytes 0-1/*",
-            "items 0-1/2",
-            "bytes 0-1",
-            "",
-        ] {
-            assert_eq!(content_range(bad), None, "{bad}");
+    fn a_read_back_is_hashed_part_by_part_across_writes() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let digest = |b: &[u8]| Digest256 {
+            len: b.len() as u64,
+            sha256: Sha256::digest(b).into(),
+        };
+        let hashed = |lens: &[u64], writes: &[&[u8]]| {
+            let mut p = PartHashes {
+                lens: lens.to_vec(),
+                done: Vec::new(),
+                part: Sha256::new(),
+                in_part: 0,
+            };
+            for w in writes {
+                assert_eq!(p.write(w).unwrap(), w.len());
+            }
+            p.finish()
+        };
+        let parts = [
+            digest(&data[..40]),
+            digest(&data[40..90]),
+            digest(&data[90..]),
+        ];
+        // Writes that cut across the parts' bounds, or one write of everything.
+        for writes in [vec![&data[..7], &data[7..45], &data[45..]], vec![&data[..]]] {
+            assert_eq!(hashed(&[40, 50, 10], &writes), parts);
         }
+        // Short: the part it ends in is short, the next is empty.
+        assert_eq!(
+            hashed(&[40, 50, 10], &[&data[..60]]),
+            [digest(&data[..40]), digest(&data[40..60]), digest(&[])]
+        );
+        // Long: what follows the last part is in no part.
+        assert_eq!(hashed(&[40, 50, 10], &[&data[..], b"x"]), parts);
+        // An empty object of one empty part.
+        assert_eq!(hashed(&[0], &[]), [digest(&[])]);
     }
 
     #[test]
