@@ -8,9 +8,11 @@
 //!    its private staging folder `.staging/` (created `O_EXCL|O_NOFOLLOW` first; etcdctl
 //!    writes `….part` and renames it when the stream ended).
 //! 2. Verified: the SHA-256 trailer etcd appends (hashed while etcdctl writes the
-//!    partial, finished on the final file: [`tools::Growing`]), and at the same time
-//!    `snapshot status` of the file (hash, revision, total keys) with the release's
-//!    etcdutl (etcdctl on 3.4); a bad trailer is the failure told.
+//!    partial, finished on the final file: [`tools::Growing`]), and `snapshot status` of
+//!    the file (hash, revision, total keys) with the release's etcdutl (etcdctl on 3.4):
+//!    read by the follower as soon as the stream is complete (while etcdctl syncs and
+//!    renames), counted when the final file is that inode with those bytes, else read
+//!    beside the hash's end; a bad trailer is the failure told.
 //! 3. Renamed to its name ([`names`]: cluster ID, member, UTC time to the ms, revision),
 //!    fsynced, folder fsynced; a file already of that name is moved aside
 //!    (`.replaced-<time>`), never overwritten.
@@ -233,6 +235,17 @@ fn verify_followed(
     followed: Option<tools::Growing>,
 ) -> Result<(FileStatus, Digest256), Failure> {
     let member = ThisMember::of(s);
+    // The follower's status, read while etcdctl still synced and renamed, when it holds
+    // for this file (tools::Growing): only the rest of the hash is left.
+    let followed = match followed {
+        Some(g) if g.has_early_status() => match g.finish_with_status(file)? {
+            (digest, Some(status)) => return Ok((status, digest)),
+            (digest, None) => {
+                return Ok((tools::file_status(member.snapshot_tool(), file)?, digest));
+            }
+        },
+        other => other,
+    };
     std::thread::scope(|t| {
         let trailer = t.spawn(move || match followed {
             Some(g) => g.finish(file),
@@ -264,7 +277,8 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     let staging = dir.private(STAGING)?;
     folder::remove_dead_partials(&staging, &s.node_name);
     remove_old_partials(&dir);
-    let endpoint = ThisMember::of(s).client_url;
+    let member = ThisMember::of(s);
+    let endpoint = member.client_url.clone();
     let client = Node::from_settings(s).own_client();
     // Asked first, within etcdctl's short timeouts: a save to a member that is down would
     // wait out all of snapshot.timeout redialling it. It names the cluster too.
@@ -287,7 +301,8 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     let growing = staging.open_file(&staged.part).ok();
     let saved = std::sync::atomic::AtomicBool::new(false);
     let (save, followed) = std::thread::scope(|t| {
-        let follower = growing.map(|f| t.spawn(|| tools::Growing::follow(f, &saved)));
+        let tool = member.snapshot_tool();
+        let follower = growing.map(|f| t.spawn(|| tools::Growing::follow(f, &saved, Some(tool))));
         let save = client.snapshot_save(&endpoint, &partial, cfg.timeout);
         saved.store(true, std::sync::atomic::Ordering::Release);
         (save, follower.and_then(|h| h.join().ok().flatten()))
