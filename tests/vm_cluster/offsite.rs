@@ -645,6 +645,12 @@ pub fn off_node_backups_and_total_loss(c: &mut Cluster) {
         }
     ));
     assert!(loaded["keys"].as_u64() >= Some(10_000), "{loaded}");
+    // At the size (the default, and CI's) the database must reach it.
+    assert!(
+        value_bytes() != VALUE_BYTES || db >= 100 << 20,
+        "etcd's database is {:.1} MiB with {VALUE_BYTES}-byte values, under the issue's 100 MiB",
+        mib(db)
+    );
     assert_eq!(sample.len(), KEYS.div_ceil(1000));
 
     // 3. The snapshot service (what the timer starts) on the three nodes at once: one
