@@ -266,3 +266,83 @@ fn insert_to_healthy_medians_and_the_step_breakdown() {
         ));
     }
 }
+
+/// Issue 24 item 2: where the archive pass's time goes on the node, under the bed's
+/// accelerator (TCG here). A benchmark, not a test: it asserts only that each command ran.
+/// Boots the image once; copies in the static musl build of `examples/bench_extract` and
+/// the 3.5.1 tarball; prints the guest's CPU flags that the pass's code looks for, then
+/// `bench_extract --stages` (read, SHA-256, CRC-32, inflate, the whole pass, fsync of the
+/// tree; best of three each), then the pass from the disc as `run` reads it: the ISO in
+/// the drive, the page cache dropped, `etcd-setup check /dev/sr0` (cold: the drive's reads
+/// inside the pass) and again (warm), and `dd` of the whole disc cold (the drive alone).
+///
+/// ```text
+/// cargo build --release --example bench_extract --target x86_64-unknown-linux-musl
+/// ETCD_SETUP_VM_IMAGE=$(vm-images/build | tail -n1) \
+///   cargo test --features vm-tests --test bench_insert archive -- --ignored --nocapture
+/// ```
+#[test]
+#[ignore = "a benchmark: run by hand with --ignored (docs/testing.md)"]
+fn archive_pass_stages_on_the_node() {
+    let bench =
+        support::vm::repo().join("target/x86_64-unknown-linux-musl/release/examples/bench_extract");
+    assert!(
+        bench.exists(),
+        "{} missing: cargo build --release --example bench_extract --target x86_64-unknown-linux-musl",
+        bench.display()
+    );
+    let isos = support::inputs::isos();
+    let tarball = isos.join("etcd-v3.5.1-linux-amd64.tar.gz");
+    let iso = isos.join("k8s-etcd-3.5.1.iso");
+    let image = Image::from_env();
+    let mut spec = VmSpec::new("bench-archive");
+    spec.user_data = support::inputs::cloud_config("bench-archive", &[]);
+    let mut vm = Vm::boot(&image, spec);
+    vm.wait_ssh(Duration::from_secs(300));
+    // The boot's own run waits for a disc; stopped, so nothing else reads the drive.
+    root(&vm, "systemctl stop etcd-setup.service; true");
+    vm.copy_in(&bench, "/tmp/bench_extract");
+    vm.copy_in(&tarball, "/tmp/etcd.tar.gz");
+    let flags = root(
+        &vm,
+        "grep -m1 -o -w -E 'sha_ni|avx2|avx|sse4_2|pclmulqdq|ssse3' /proc/cpuinfo | sort -u | tr '\\n' ' '; nproc",
+    );
+    report(&format!(
+        "archive stages: guest {:?}, cpu flags and vCPUs: {}",
+        vm.accel,
+        flags.trim()
+    ));
+    root(
+        &vm,
+        "mkdir -p /var/tmp/bench && chmod +x /tmp/bench_extract",
+    );
+    for round in 1..=2 {
+        let out = root(
+            &vm,
+            "rm -rf /var/tmp/bench/.etcd-setup-staging-*; /tmp/bench_extract --stages /tmp/etcd.tar.gz /var/tmp/bench \
+             | tr '\\n' ' '; rm -rf /var/tmp/bench/.etcd-setup-staging-*",
+        );
+        report(&format!("archive stages round {round}: {}", out.trim()));
+    }
+    vm.insert_cdrom_forced(&iso);
+    root(
+        &vm,
+        "timeout 60 sh -c 'until blkid /dev/sr0 >/dev/null 2>&1; do sleep 0.2; done'",
+    );
+    let timed = |what: &str, cmd: &str| {
+        let out = root(
+            &vm,
+            &format!(
+                "sync; echo 3 > /proc/sys/vm/drop_caches; {prep} t0=$(date +%s.%N); {cmd} >/dev/null 2>&1; rc=$?; \
+                 t1=$(date +%s.%N); awk -v a=$t0 -v b=$t1 -v rc=$rc \"BEGIN {{ printf \\\"rc=%s %.3f s\\\", rc, b - a }}\"",
+                prep = if what.contains("warm") { cmd.to_string() + " >/dev/null 2>&1;" } else { String::new() },
+            ),
+        );
+        report(&format!("archive from the disc, {what}: {}", out.trim()));
+    };
+    for _ in 0..3 {
+        timed("check cold", "etcd-setup check /dev/sr0");
+        timed("check warm", "etcd-setup check /dev/sr0");
+        timed("dd of the disc cold", "dd if=/dev/sr0 of=/dev/null bs=64k");
+    }
+}
