@@ -158,7 +158,7 @@ fn data_within(pipe: &File, wait: std::time::Duration) -> bool {
 
 /// Validates the archive at `archive_path` inside an ISO 9660 image or disc. `device` is
 /// what messages call the disc, e.g. `/dev/sr0`.
-pub fn validate_iso<R: Read + Seek>(
+pub fn validate_iso<R: Read + Seek + Send>(
     reader: R,
     device: &str,
     archive_path: &str,
@@ -232,7 +232,7 @@ pub fn validate_found(
 }
 
 /// The archive pass over `entry` of `iso`.
-fn extract_entry<R: Read + Seek>(
+fn extract_entry<R: Read + Seek + Send>(
     mut iso: IsoImage<R>,
     entry: &IsoFile,
     device: &str,

@@ -1,20 +1,17 @@
 //! Strict gunzip: exactly one gzip member (RFC 1952), its CRC-32 and length checked, nothing
-//! after it; the SHA-256 of every compressed byte read; the expansion ratio watched as it
-//! inflates. Exposes the unpacked bytes like `BufRead` so the tar walk copies straight from
-//! the inflate buffer into the staged files.
+//! after it; the SHA-256 of every compressed byte read (by the [`Feed`]'s reader, on its own
+//! thread); the expansion ratio watched as it inflates. Runs on the inflate thread of
+//! [`Unpacked`](super::unpacked::Unpacked), into the buffers the tar walk then copies
+//! straight into the staged files.
 
+use super::feed::{Feed, Next};
 use super::{corrupt, read_failure, too_large};
 use crate::reason::Failure;
 use flate2::{Decompress, FlushDecompress, Status};
-use sha2::{Digest, Sha256};
-use std::io::Read;
 
 /// Unpacked bytes allowed before the ratio cap applies: the first headers and small text
 /// files of a release compress far better than its binaries.
 pub(super) const RATIO_ALLOWANCE: u64 = 1 << 20;
-
-const IN_BUF: usize = 64 * 1024;
-const OUT_BUF: usize = 128 * 1024;
 
 const FHCRC: u8 = 0x02;
 const FEXTRA: u8 = 0x04;
@@ -33,115 +30,85 @@ enum State {
     Failed,
 }
 
-/// One gzip member being unpacked from `input`.
-pub(super) struct Gunzip<'n, R> {
-    input: R,
+/// One gzip member being unpacked from what `feed` reads.
+pub(super) struct Gunzip<'n> {
+    feed: Feed,
     name: &'n str,
     max_ratio: u64,
-    inbuf: Box<[u8]>,
+    /// The feed's last buffer; `in_len` of it is input, `in_pos` of that used.
+    inbuf: Vec<u8>,
     in_pos: usize,
     in_len: usize,
     eof: bool,
     read_total: u64,
     header_len: u64,
-    sha: Sha256,
+    /// The SHA-256 of the whole input, once the feed reached its end.
+    sha256: Option<[u8; 32]>,
     inflate: Decompress,
     crc: crc32fast::Hasher,
-    out: Box<[u8]>,
-    out_pos: usize,
-    out_len: usize,
-    consumed: u64,
     state: State,
 }
 
-impl<'n, R: Read> Gunzip<'n, R> {
+impl<'n> Gunzip<'n> {
     /// Reads and checks the gzip header. `name` is what messages call the archive.
-    pub(super) fn new(input: R, name: &'n str, max_ratio: u64) -> Result<Self, Failure> {
+    pub(super) fn new(feed: Feed, name: &'n str, max_ratio: u64) -> Result<Self, Failure> {
         let mut gz = Gunzip {
-            input,
+            feed,
             name,
             max_ratio,
-            inbuf: vec![0; IN_BUF].into_boxed_slice(),
+            inbuf: Vec::new(),
             in_pos: 0,
             in_len: 0,
             eof: false,
             read_total: 0,
             header_len: 0,
-            sha: Sha256::new(),
+            sha256: None,
             inflate: Decompress::new(false),
             crc: crc32fast::Hasher::new(),
-            out: vec![0; OUT_BUF].into_boxed_slice(),
-            out_pos: 0,
-            out_len: 0,
-            consumed: 0,
             state: State::Inflating,
         };
         gz.header()?;
         Ok(gz)
     }
 
-    /// The next unpacked bytes; empty once the member ended and its trailer checked out.
-    pub(super) fn fill_buf(&mut self) -> Result<&[u8], Failure> {
-        if self.out_pos == self.out_len && self.state == State::Inflating {
-            self.out_pos = 0;
-            self.out_len = 0;
-            match self.inflate_some() {
-                Ok(n) => self.out_len = n,
-                Err(f) => {
-                    self.state = State::Failed;
-                    return Err(f);
-                }
-            }
+    /// Inflates the next bytes into `out`; returns how many, 0 once the member ended and
+    /// its trailer checked out (and ever after). After an error, returns 0 too: nothing
+    /// more is read.
+    pub(super) fn inflate_into(&mut self, out: &mut [u8]) -> Result<usize, Failure> {
+        if self.state != State::Inflating {
+            return Ok(0);
         }
-        Ok(&self.out[self.out_pos..self.out_len])
-    }
-
-    /// Marks `n` bytes of the last [`fill_buf`](Self::fill_buf) as used.
-    pub(super) fn consume(&mut self, n: usize) {
-        self.out_pos = (self.out_pos + n).min(self.out_len);
-        self.consumed += n as u64;
-    }
-
-    /// Unpacked bytes handed out so far: the offset in the tar stream, for messages.
-    pub(super) fn position(&self) -> u64 {
-        self.consumed
-    }
-
-    /// Reads on to the end without looking at the unpacked bytes, so that a failure found
-    /// by the tar walk can be told apart from a damaged stream. Does nothing once the member
-    /// ended or failed.
-    pub(super) fn drain(&mut self) -> Result<(), Failure> {
-        loop {
-            let n = self.fill_buf()?.len();
-            if n == 0 {
-                return Ok(());
-            }
-            self.consume(n);
-        }
+        self.inflate_some(out)
+            .inspect_err(|_| self.state = State::Failed)
     }
 
     /// The SHA-256 of the whole input, and its length, once it was read to the end.
     pub(super) fn digest(&self) -> Option<([u8; 32], u64)> {
-        (self.state == State::Done).then(|| (self.sha.clone().finalize().into(), self.read_total))
+        match (self.state, self.sha256) {
+            (State::Done, Some(sha256)) => Some((sha256, self.read_total)),
+            _ => None,
+        }
     }
 
-    /// Refills the input buffer once it is used up; hashes what came in.
+    /// Takes the feed's next buffer once the last one is used up.
     fn fill_input(&mut self) -> Result<(), Failure> {
         if self.in_pos < self.in_len || self.eof {
             return Ok(());
         }
-        let n = loop {
-            match self.input.read(&mut self.inbuf) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(read_failure(self.name, e)),
-            }
-        };
-        self.sha.update(&self.inbuf[..n]);
-        self.read_total += n as u64;
         self.in_pos = 0;
-        self.in_len = n;
-        self.eof = n == 0;
+        match self.feed.next() {
+            Ok(Next::Data(buf, n)) => {
+                self.in_len = n;
+                self.read_total += n as u64;
+                self.feed.recycle(std::mem::replace(&mut self.inbuf, buf));
+            }
+            Ok(Next::End(sha256)) => {
+                self.in_len = 0;
+                self.eof = true;
+                self.sha256 = Some(sha256);
+            }
+            Err(e) => return Err(read_failure(self.name, e)),
+        }
         Ok(())
     }
 
@@ -244,8 +211,8 @@ impl<'n, R: Read> Gunzip<'n, R> {
         Ok(())
     }
 
-    /// Inflates into the output buffer; returns how many bytes came out, 0 at the end.
-    fn inflate_some(&mut self) -> Result<usize, Failure> {
+    /// Inflates into `out`; returns how many bytes came out, 0 at the end.
+    fn inflate_some(&mut self, out: &mut [u8]) -> Result<usize, Failure> {
         let name = self.name;
         loop {
             self.fill_input()?;
@@ -254,7 +221,7 @@ impl<'n, R: Read> Gunzip<'n, R> {
                 .inflate
                 .decompress(
                     &self.inbuf[self.in_pos..self.in_len],
-                    &mut self.out,
+                    out,
                     FlushDecompress::None,
                 )
                 .map_err(|e| {
@@ -268,7 +235,7 @@ impl<'n, R: Read> Gunzip<'n, R> {
             let made = (self.inflate.total_out() - out0) as usize;
             self.in_pos += used;
             if made > 0 {
-                self.crc.update(&self.out[..made]);
+                self.crc.update(&out[..made]);
                 self.check_ratio()?;
             }
             if status == Status::StreamEnd {

@@ -6,11 +6,10 @@
 //! where the next header starts exactly as it governs what is written, and the stream after
 //! the end-of-archive marker is read to its end so the gzip trailer gets checked.
 
-use super::gzip::Gunzip;
 use super::tree::Tree;
+use super::unpacked::Unpacked;
 use super::{corrupt, names, too_large, unsafe_entry, Failure, Limits};
 use crate::reason::ReasonCode;
-use std::io::Read;
 
 const BLOCK: usize = 512;
 /// Largest PAX or GNU long-name header accepted: names are at most 1 KiB, and an etcd
@@ -42,8 +41,8 @@ impl Pending {
 
 /// Walks the tar stream in `gz` to its end, writing into `tree` what the policy allows;
 /// returns the bytes of regular files written.
-pub(super) fn walk<R: Read>(
-    gz: &mut Gunzip<'_, R>,
+pub(super) fn walk(
+    gz: &mut Unpacked,
     tree: &mut Tree<'_>,
     limits: &Limits,
     archive: &str,
@@ -208,7 +207,7 @@ pub(super) fn walk<R: Read>(
 
 /// After the first zero block: a second one, then nothing but zeros to the end of the stream
 /// (GNU tar pads to a 10 KiB record). Data hidden there is refused: `tar -i` would extract it.
-fn end_of_archive<R: Read>(gz: &mut Gunzip<'_, R>, archive: &str) -> Result<(), Failure> {
+fn end_of_archive(gz: &mut Unpacked, archive: &str) -> Result<(), Failure> {
     let mut zeros = 0u64;
     loop {
         let at = gz.position();
@@ -240,7 +239,7 @@ fn end_of_archive<R: Read>(gz: &mut Gunzip<'_, R>, archive: &str) -> Result<(), 
 }
 
 /// Reads until `buf` is full or the stream ends; returns how much was read.
-fn read_full<R: Read>(gz: &mut Gunzip<'_, R>, buf: &mut [u8]) -> Result<usize, Failure> {
+fn read_full(gz: &mut Unpacked, buf: &mut [u8]) -> Result<usize, Failure> {
     let mut got = 0;
     while got < buf.len() {
         let avail = gz.fill_buf()?;
@@ -256,12 +255,7 @@ fn read_full<R: Read>(gz: &mut Gunzip<'_, R>, buf: &mut [u8]) -> Result<usize, F
 }
 
 /// Skips the zero fill after `size` bytes of entry data, up to the next 512-byte boundary.
-fn skip_padding<R: Read>(
-    gz: &mut Gunzip<'_, R>,
-    size: u64,
-    archive: &str,
-    at: u64,
-) -> Result<(), Failure> {
+fn skip_padding(gz: &mut Unpacked, size: u64, archive: &str, at: u64) -> Result<(), Failure> {
     let pad = (BLOCK - (size % BLOCK as u64) as usize) % BLOCK;
     let mut scratch = [0u8; BLOCK];
     if read_full(gz, &mut scratch[..pad])? != pad {
