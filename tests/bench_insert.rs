@@ -88,6 +88,10 @@ fn measure(vm: &mut Vm, iso: &std::path::Path, label: &str) -> Vec<(String, f64)
         vm,
         "journalctl -u etcd-setup -n1 --show-cursor -o cat | sed -n 's/^-- cursor: //p'",
     );
+    let sampling = std::env::var_os("ETCD_SETUP_BENCH_SAMPLE").is_some();
+    if sampling {
+        start_sampler(vm);
+    }
     let before = cpu_by_process(vm);
     let pid1_before = cpu_usage_s(vm, "init.scope");
     let inserted = support::vm::unix_now();
@@ -146,6 +150,15 @@ fn measure(vm: &mut Vm, iso: &std::path::Path, label: &str) -> Vec<(String, f64)
         "bench {label}: the start job → {}",
         start_job_split(vm, cursor.trim(), offset + inserted)
     ));
+    if sampling {
+        let at = |name: &str| steps.iter().find(|(n, _)| n == name).map(|(_, t)| *t);
+        if let (Some(from), Some(to)) = (at("disc-read"), at("archive-pass-done")) {
+            report(&format!(
+                "bench {label}: the pass sampled → {}",
+                sampled(vm, offset + inserted, from, to)
+            ));
+        }
+    }
     steps
 }
 
@@ -203,6 +216,138 @@ fn cpu_spent(
         .map(|(t, name)| format!("{name} {:.2}", *t as f64 / 100.0))
         .collect();
     format!("all {:.2}; {}", total as f64 / 100.0, top.join(", "))
+}
+
+/// With `ETCD_SETUP_BENCH_SAMPLE` set: a sampler in the guest, every 0.05 s while the run
+/// lives, of the guest's CPU (the `cpu` line of /proc/stat) and each of the run's threads
+/// (state and ticks from /proc/PID/task/TID/stat), with shell builtins only but `sleep`,
+/// into /run/bench-sample. Each sample starts with the guest's uptime; the first line maps
+/// uptime to the Unix time.
+fn start_sampler(vm: &Vm) {
+    root(
+        vm,
+        "pid=$(systemctl show -p MainPID --value etcd-setup); \
+         read up _ < /proc/uptime; echo \"map $up $(date +%s.%N)\" > /run/bench-sample; \
+         nohup sh -c \"while [ -d /proc/$pid ]; do read up _ < /proc/uptime; read c < /proc/stat; \
+           echo \\\"s \\$up \\$c\\\"; for t in /proc/$pid/task/*; do read l < \\$t/stat && echo \\\"t \\$up \\$l\\\"; \
+           while read k; do echo \\\"k \\$up \\${t##*/} \\$k\\\"; done < \\$t/stack; done; \
+           sleep 0.05; done >> /run/bench-sample\" >/dev/null 2>&1 &",
+    );
+}
+
+/// What the sampler saw between `from` and `to` (seconds after the insert, `zero` the
+/// insert's Unix time minus the guest clock's offset): the guest's CPU split, and per
+/// thread of the run the samples it was running (R), waiting on I/O (D) or asleep (S),
+/// and its CPU.
+fn sampled(vm: &Vm, zero: f64, from: f64, to: f64) -> String {
+    let text = root(vm, "cat /run/bench-sample; rm -f /run/bench-sample");
+    let mut map = None;
+    let mut cpu: Vec<(f64, Vec<u64>)> = Vec::new();
+    let mut threads: std::collections::BTreeMap<String, (u32, u32, u32, Vec<u64>)> =
+        Default::default();
+    let mut frames: std::collections::BTreeMap<String, u32> = Default::default();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.first() {
+            Some(&"map") if f.len() == 3 => {
+                let (up, unix): (f64, f64) =
+                    (f[1].parse().unwrap_or(0.0), f[2].parse().unwrap_or(0.0));
+                map = Some(unix - up - zero);
+            }
+            Some(&"s") if f.len() > 6 => {
+                let Some(m) = map else { continue };
+                let at = f[1].parse::<f64>().unwrap_or(0.0) + m;
+                cpu.push((at, f[3..].iter().filter_map(|x| x.parse().ok()).collect()));
+            }
+            Some(&"k") if f.len() >= 5 => {
+                let Some(m) = map else { continue };
+                let at = f[1].parse::<f64>().unwrap_or(0.0) + m;
+                if at >= from && at <= to {
+                    // "[<0>] vfs_write+0x1c9/0x3f0" → "vfs_write"
+                    let frame = f[4].split('+').next().unwrap_or(f[4]).to_string();
+                    *frames.entry(frame).or_insert(0u32) += 1;
+                }
+            }
+            Some(&"t") => {
+                let Some(m) = map else { continue };
+                let at = f[1].parse::<f64>().unwrap_or(0.0) + m;
+                if at < from || at > to {
+                    continue;
+                }
+                let rest = line.splitn(3, ' ').nth(2).unwrap_or("");
+                let Some((head, tail)) = rest.rsplit_once(") ") else {
+                    continue;
+                };
+                let comm = head
+                    .split_once(" (")
+                    .map(|(tid, comm)| format!("{comm}[{tid}]"))
+                    .unwrap_or_default();
+                let t: Vec<&str> = tail.split_whitespace().collect();
+                let ticks: u64 = t
+                    .get(11..13)
+                    .map_or(0, |x| x.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+                let e = threads.entry(comm).or_default();
+                match t.first() {
+                    Some(&"R") => e.0 += 1,
+                    Some(&"D") => e.1 += 1,
+                    _ => e.2 += 1,
+                }
+                e.3.push(ticks);
+            }
+            _ => {}
+        }
+    }
+    let inside: Vec<&(f64, Vec<u64>)> = cpu
+        .iter()
+        .filter(|(at, _)| *at >= from && *at <= to)
+        .collect();
+    let split = match (inside.first(), inside.last()) {
+        (Some(a), Some(b)) if a.1.len() >= 5 && b.1.len() >= 5 => {
+            // user nice system idle iowait irq softirq steal
+            let d: Vec<u64> =
+                a.1.iter()
+                    .zip(&b.1)
+                    .map(|(x, y)| y.saturating_sub(*x))
+                    .collect();
+            let all: u64 = d.iter().sum::<u64>().max(1);
+            let pct = |v: u64| 100.0 * v as f64 / all as f64;
+            format!(
+                "guest CPU over {:.2} s: user {:.0} %, system {:.0} %, idle {:.0} %, iowait {:.0} %, irq+softirq {:.0} %",
+                b.0 - a.0,
+                pct(d[0] + d[1]),
+                pct(d[2]),
+                pct(d[3]),
+                pct(d[4]),
+                pct(d.get(5).copied().unwrap_or(0) + d.get(6).copied().unwrap_or(0)),
+            )
+        }
+        _ => "no CPU samples in the window".to_string(),
+    };
+    let per: Vec<String> = threads
+        .iter()
+        .map(|(comm, (r, d, s, ticks))| {
+            let used = ticks
+                .last()
+                .unwrap_or(&0)
+                .saturating_sub(*ticks.first().unwrap_or(&0));
+            format!(
+                "{comm}: R {r} D {d} S {s}, {:.2} s CPU",
+                used as f64 / 100.0
+            )
+        })
+        .collect();
+    let mut frames: Vec<(u32, String)> = frames.into_iter().map(|(f, n)| (n, f)).collect();
+    frames.sort_by_key(|f| std::cmp::Reverse(f.0));
+    let frames: Vec<String> = frames
+        .iter()
+        .take(14)
+        .map(|(n, f)| format!("{f} {n}"))
+        .collect();
+    format!(
+        "{split}; {}; kernel frames in the threads' sampled stacks: {}",
+        per.join("; "),
+        frames.join(", ")
+    )
 }
 
 /// Where the start job's time goes, from the journal (guest clock, moved to seconds after
