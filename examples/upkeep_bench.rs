@@ -8,7 +8,9 @@
 //! The data, built once: MIB MiB of distinct keys of 96 KiB values, 5% of them overwritten
 //! and compacted away, so that `maintain` (thresholds 1 MiB, 1%) finds the member
 //! fragmented. The snapshots run on that member, ROUNDS groups of two of each alternated (A B
-//! B A). Then the member is
+//! C C B A): `etcd-setup snapshot` (which verifies), `etcdctl snapshot save` alone, and the
+//! by-hand verified snapshot of etcd's operations guide (`save`, then `etcdutl snapshot
+//! status`); both ratios are printed. Then the member is
 //! stopped (SIGTERM) and its data dir is the source of every defragmentation run: each run
 //! starts etcd on a fresh copy of it (`cp -a --reflink=auto`, fsynced) and times one
 //! command, `etcdctl defrag`, `maintain`, `maintain`, `etcdctl defrag` (A B B A) ROUNDS
@@ -281,19 +283,50 @@ fn main() {
         )
         .took
     };
-    // Alternated, so that neither always runs with the warmer page cache.
+    // etcd's operations guide verifies a saved snapshot with `snapshot status` (etcdutl
+    // from 3.5, etcdctl before): the by-hand snapshot with etcd's own check.
+    let (status_tool, status_name) = if c.bin.join("etcdutl").is_file() {
+        (c.bin.join("etcdutl"), "etcdutl")
+    } else {
+        (c.etcdctl(), "etcdctl")
+    };
+    let snap_checked = || {
+        let save = snap_raw();
+        let start = Instant::now();
+        let out = Command::new(&status_tool)
+            .env_clear()
+            .env("ETCDCTL_API", "3")
+            .args(["snapshot", "status", raw_file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{status_name} snapshot status failed");
+        let status = start.elapsed();
+        println!("  then {status_name} snapshot status: {:.3} s", status.as_secs_f64());
+        save + status
+    };
+    // Alternated, so that neither always runs with the warmer page cache: ours, etcdctl,
+    // etcdctl + status, etcdctl + status, etcdctl, ours.
     let mut groups = Vec::new();
+    let mut checked = Vec::new();
     for _ in 0..rounds {
-        let (o1, r1, r2, o2) = (snap_ours(), snap_raw(), snap_raw(), snap_ours());
+        let (o1, r1, v1) = (snap_ours(), snap_raw(), snap_checked());
+        let (v2, r2, o2) = (snap_checked(), snap_raw(), snap_ours());
         groups.push(((o1 + o2).as_secs_f64(), (r1 + r2).as_secs_f64()));
+        checked.push(((o1 + o2).as_secs_f64(), (v1 + v2).as_secs_f64()));
     }
     let size = std::fs::metadata(&raw_file).unwrap().len();
     let snapshot_line = format!(
-        "snapshot of {:.1} MiB, {rounds} group(s) of two each alternated (A B B A): {}",
+        "snapshot of {:.1} MiB, {rounds} group(s) of two each alternated (A B C C B A): {}",
         mib(size),
         ratios("etcd-setup", "etcdctl", &groups)
     );
     println!("{snapshot_line}");
+    let checked_line = format!(
+        "the same against the by-hand verified snapshot (`etcdctl snapshot save` then \
+         `{status_name} snapshot status`): {}",
+        ratios("etcd-setup", "save + status", &checked)
+    );
+    println!("{checked_line}");
     let verify_line = verification(&c, &raw_file);
     println!("{verify_line}");
 
@@ -401,6 +434,7 @@ fn main() {
         .collect();
     println!("\n--- summary (etcd {version}, one member on loopback) ---");
     println!("{snapshot_line}");
+    println!("{checked_line}");
     println!("{verify_line}");
     for r in &rows {
         println!("{r}");
