@@ -2,7 +2,7 @@
 //! the inflate. On a node with two CPUs (the platform's etcd VMs, a TCG guest here) the
 //! drive's reads and the SHA-256 then run beside the inflate, the CRC-32 and the writes
 //! instead of taking turns with them: under TCG the SHA-256 of a 3.5 release is about a
-//! tenth of the pass (docs/measurements.md, the archive's stages).
+//! tenth of the pass (docs/measurements.md, "The archive pass on the node").
 //!
 //! The reader sees every byte once, in order, and hands over whole buffers (no copy); the
 //! inflate side gives the used ones back. The SHA-256 comes with the end of the input, so
