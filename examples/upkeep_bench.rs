@@ -301,7 +301,10 @@ fn main() {
             .unwrap();
         assert!(out.status.success(), "{status_name} snapshot status failed");
         let status = start.elapsed();
-        println!("  then {status_name} snapshot status: {:.3} s", status.as_secs_f64());
+        println!(
+            "  then {status_name} snapshot status: {:.3} s",
+            status.as_secs_f64()
+        );
         save + status
     };
     // Alternated, so that neither always runs with the warmer page cache: ours, etcdctl,
