@@ -6,8 +6,12 @@
 //!
 //! The reader sees every byte once, in order, and hands over whole buffers (no copy); the
 //! inflate side gives the used ones back. The SHA-256 comes with the end of the input, so
-//! a digest exists only for input read to its end. When the pass stops early (a refused
-//! entry, a corrupt stream), dropping the [`Feed`] ends the reader at its next buffer.
+//! a digest exists only for input read to its end. When the pass stops early (a corrupt
+//! or oversized stream: a refused entry still reads on to the end), dropping the [`Feed`]
+//! ends the reader at its next buffer; the pass returns once the reader's read in flight
+//! returns. A file or a disc answers that read at once; a pipe whose writer stalls
+//! without closing it holds the verdict until the writer goes on or closes (the pass on
+//! one thread returned at once there, and hung the same way in a stall before the end).
 
 use sha2::{Digest, Sha256};
 use std::io::{self, Read};
