@@ -527,3 +527,43 @@ fn notes_the_road_to_3_6_for_3_5_16_and_nothing_for_3_5_30() {
     let doc = json(&check(&["--format", "json"], &[&tarball]));
     assert_eq!(doc["results"][0]["notes"], serde_json::json!([]));
 }
+
+/// A pipe whose writer sends a damaged gzip stream and then stalls with the pipe open:
+/// the verdict comes without waiting for the writer (the pass reads a pipe only when the
+/// inflate needs bytes, never a read ahead of it: `archive::extract_from_pipe`).
+#[test]
+fn a_damaged_stream_on_a_stalled_pipe_is_judged_without_waiting_for_the_writer() {
+    // A gzip header, then a deflate block of the reserved type 3 (BFINAL 1, BTYPE 11):
+    // inflate refuses it at once; more bytes follow, and then nothing, the pipe open.
+    let mut bytes = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0x07];
+    bytes.extend(std::iter::repeat_n(0u8, 4096));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+        .args(["check", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, &bytes).unwrap();
+    // The writer stalls, the pipe kept open, for up to 60 s.
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "check still waited on the stalled pipe after 60 s: {}",
+            stdout(&out)
+        )
+    });
+    assert_eq!(status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("archive-corrupt"), "{}", stdout(&out));
+}

@@ -5,7 +5,8 @@
 //! and length trailer, nothing after it, ratio watched) → tar walk (ustar, GNU, PAX) →
 //! policy → files in the staging folder, the etcd binaries' ELF headers checked on the way.
 //! Three threads share the road, a few buffers apart: the reader and its SHA-256 (`feed`),
-//! the inflate and its CRC-32 (`unpacked`), and the walk and its writes (the caller's). On
+//! the inflate and its CRC-32 (`unpacked`), and the walk and its writes (the caller's; a
+//! pipe is read on the inflate's thread, [`extract_from_pipe`]). On
 //! a two-CPU node under TCG that took the pass from 1.16–1.20 s to 0.71–0.75 s
 //! (docs/measurements.md, the archive pass on the node).
 //!
@@ -136,13 +137,39 @@ pub fn extract(
     staging_parent: &Path,
     policy: &Policy,
 ) -> Result<Extracted, Failure> {
+    pass(input, true, source_name, staging_parent, policy)
+}
+
+/// [`extract`] with the input read on the inflate's thread when it needs bytes, not ahead
+/// on a thread of its own: for a pipe, whose writer may stall without closing it, so that
+/// a corrupt stream's verdict never waits for a read in flight.
+pub fn extract_from_pipe(
+    input: impl Read + Send,
+    source_name: &str,
+    staging_parent: &Path,
+    policy: &Policy,
+) -> Result<Extracted, Failure> {
+    pass(input, false, source_name, staging_parent, policy)
+}
+
+fn pass(
+    input: impl Read + Send,
+    read_ahead: bool,
+    source_name: &str,
+    staging_parent: &Path,
+    policy: &Policy,
+) -> Result<Extracted, Failure> {
     std::thread::scope(|scope| {
-        let feed = feed::Feed::start(scope, input).map_err(|e| {
-            Failure::new(
-                ReasonCode::InternalError,
-                format!("{source_name}: cannot start the thread that reads the archive: {e}"),
-            )
-        })?;
+        let feed = if read_ahead {
+            feed::Feed::start(scope, input).map_err(|e| {
+                Failure::new(
+                    ReasonCode::InternalError,
+                    format!("{source_name}: cannot start the thread that reads the archive: {e}"),
+                )
+            })?
+        } else {
+            feed::Feed::inline(input)
+        };
         let gz = gzip::Gunzip::new(feed, source_name, policy.limits.max_ratio)?;
         let unpacked = unpacked::Unpacked::start(scope, gz, source_name)?;
         walk_unpacked(unpacked, source_name, staging_parent, policy)

@@ -86,7 +86,8 @@ pub fn validate_path(
         let n = read_up_to(&mut file, &mut head[..2]).map_err(unreadable)?;
         if n == 2 && head[..2] == [0x1f, 0x8b] {
             let input = std::io::Read::chain(&head[..2], file);
-            let extracted = archive::extract(input, &shown.to_string(), staging_parent, policy)?;
+            let extracted =
+                archive::extract_from_pipe(input, &shown.to_string(), staging_parent, policy)?;
             return Ok(Validated {
                 kind: Kind::Tarball,
                 extracted,

@@ -9,9 +9,10 @@
 //! a digest exists only for input read to its end. When the pass stops early (a corrupt
 //! or oversized stream: a refused entry still reads on to the end), dropping the [`Feed`]
 //! ends the reader at its next buffer; the pass returns once the reader's read in flight
-//! returns. A file or a disc answers that read at once; a pipe whose writer stalls
-//! without closing it holds the verdict until the writer goes on or closes (the pass on
-//! one thread returned at once there, and hung the same way in a stall before the end).
+//! returns. A file or a disc answers that read at once; a pipe's writer may stall without
+//! closing it, so a pipe is read [`inline`](Feed::inline) instead: on the inflate's
+//! thread, when it needs bytes, as the pass on one thread read, and its verdict on a
+//! corrupt stream never waits for a read.
 
 use sha2::{Digest, Sha256};
 use std::io::{self, Read};
@@ -34,9 +35,22 @@ enum Message {
 }
 
 /// The receiving end: the next buffer of input, in order.
-pub(super) struct Feed {
-    chunks: Receiver<Message>,
-    spare: SyncSender<Vec<u8>>,
+pub(super) struct Feed<'a> {
+    how: How<'a>,
+}
+
+enum How<'a> {
+    /// A reader thread, a few buffers ahead.
+    Ahead {
+        chunks: Receiver<Message>,
+        spare: SyncSender<Vec<u8>>,
+    },
+    /// Read and hashed on the caller's thread, when asked ([`Feed::inline`]).
+    Inline {
+        input: Box<dyn Read + Send + 'a>,
+        sha: Sha256,
+        spare: Option<Vec<u8>>,
+    },
 }
 
 /// What [`Feed::next`] found.
@@ -47,36 +61,78 @@ pub(super) enum Next {
     End([u8; 32]),
 }
 
-impl Feed {
+impl<'a> Feed<'a> {
     /// Starts the reader of `input` on a thread of `scope`.
     pub(super) fn start<'scope, R: Read + Send + 'scope>(
         scope: &'scope Scope<'scope, '_>,
         input: R,
-    ) -> io::Result<Feed> {
+    ) -> io::Result<Feed<'scope>> {
         let (tx, chunks) = sync_channel(AHEAD);
         let (spare, spares) = sync_channel::<Vec<u8>>(AHEAD + 2);
         Builder::new()
             .name("archive-read".into())
             .spawn_scoped(scope, move || read_ahead(input, &tx, &spares))?;
-        Ok(Feed { chunks, spare })
+        Ok(Feed {
+            how: How::Ahead { chunks, spare },
+        })
+    }
+
+    /// Reads `input` only when asked, on the asking thread: for a pipe, whose writer may
+    /// stall, so that a pass that stopped early never waits for a read in flight.
+    pub(super) fn inline(input: impl Read + Send + 'a) -> Feed<'a> {
+        Feed {
+            how: How::Inline {
+                input: Box::new(input),
+                sha: Sha256::new(),
+                spare: None,
+            },
+        }
     }
 
     /// The next buffer of input; blocks until the reader has it.
     pub(super) fn next(&mut self) -> io::Result<Next> {
-        match self.chunks.recv() {
-            Ok(Message::Data(buf, n)) => Ok(Next::Data(buf, n)),
-            Ok(Message::End { sha256 }) => Ok(Next::End(sha256)),
-            Ok(Message::Failed(e)) => Err(e),
-            Err(_) => Err(io::Error::other(
-                "the archive's reader thread ended without a word",
-            )),
+        match &mut self.how {
+            How::Ahead { chunks, .. } => match chunks.recv() {
+                Ok(Message::Data(buf, n)) => Ok(Next::Data(buf, n)),
+                Ok(Message::End { sha256 }) => Ok(Next::End(sha256)),
+                Ok(Message::Failed(e)) => Err(e),
+                Err(_) => Err(io::Error::other(
+                    "the archive's reader thread ended without a word",
+                )),
+            },
+            How::Inline { input, sha, spare } => {
+                let mut buf = spare.take().unwrap_or_default();
+                buf.resize(buf.len().max(CHUNK), 0);
+                match read_some(input, &mut buf)? {
+                    0 => Ok(Next::End(sha.clone().finalize().into())),
+                    n => {
+                        sha.update(&buf[..n]);
+                        Ok(Next::Data(buf, n))
+                    }
+                }
+            }
         }
     }
 
     /// Gives a used buffer back to the reader.
-    pub(super) fn recycle(&self, buf: Vec<u8>) {
-        // A full return queue or a finished reader: the buffer is simply freed.
-        let _ = self.spare.try_send(buf);
+    pub(super) fn recycle(&mut self, buf: Vec<u8>) {
+        match &mut self.how {
+            // A full return queue or a finished reader: the buffer is simply freed.
+            How::Ahead { spare, .. } => {
+                let _ = spare.try_send(buf);
+            }
+            How::Inline { spare, .. } => *spare = Some(buf),
+        }
+    }
+}
+
+/// One read of `input` into `buf`, again when interrupted.
+fn read_some(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match input.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
     }
 }
 
@@ -88,14 +144,11 @@ fn read_ahead(mut input: impl Read, tx: &SyncSender<Message>, spares: &Receiver<
         let mut buf = spares.try_recv().unwrap_or_default();
         // Only a fresh buffer (or the empty one the other side started with) is short.
         buf.resize(buf.len().max(CHUNK), 0);
-        let n = loop {
-            match input.read(&mut buf) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let _ = tx.send(Message::Failed(e));
-                    return;
-                }
+        let n = match read_some(&mut input, &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = tx.send(Message::Failed(e));
+                return;
             }
         };
         if n == 0 {
@@ -117,9 +170,13 @@ mod tests {
 
     /// Reads `data` through a feed in reads of `step` bytes; returns what came and the
     /// digest.
-    fn through(data: &[u8], step: usize) -> (Vec<u8>, [u8; 32]) {
+    fn through(data: &[u8], step: usize, ahead: bool) -> (Vec<u8>, [u8; 32]) {
         std::thread::scope(|s| {
-            let mut feed = Feed::start(s, Stepped(data, step)).unwrap();
+            let mut feed = if ahead {
+                Feed::start(s, Stepped(data, step)).unwrap()
+            } else {
+                Feed::inline(Stepped(data, step))
+            };
             let mut got = Vec::new();
             loop {
                 match feed.next().unwrap() {
@@ -149,15 +206,20 @@ mod tests {
         let data: Vec<u8> = (0..(3 * CHUNK * AHEAD + 12_345))
             .map(|i| (i * 7 % 251) as u8)
             .collect();
-        for step in [1 << 20, CHUNK, 4096, 1000] {
-            let (got, sha) = through(&data, step);
-            assert_eq!(got.len(), data.len(), "reads of {step}");
-            assert!(got == data, "reads of {step}: the bytes differ");
-            assert_eq!(sha, <[u8; 32]>::from(Sha256::digest(&data)));
+        for ahead in [true, false] {
+            for step in [1 << 20, CHUNK, 4096, 1000] {
+                let (got, sha) = through(&data, step, ahead);
+                assert_eq!(got.len(), data.len(), "reads of {step}, ahead {ahead}");
+                assert!(
+                    got == data,
+                    "reads of {step}, ahead {ahead}: the bytes differ"
+                );
+                assert_eq!(sha, <[u8; 32]>::from(Sha256::digest(&data)));
+            }
+            let (got, sha) = through(&[], 10, ahead);
+            assert!(got.is_empty());
+            assert_eq!(sha, <[u8; 32]>::from(Sha256::digest([])));
         }
-        let (got, sha) = through(&[], 10);
-        assert!(got.is_empty());
-        assert_eq!(sha, <[u8; 32]>::from(Sha256::digest([])));
     }
 
     #[test]

@@ -32,7 +32,7 @@ enum State {
 
 /// One gzip member being unpacked from what `feed` reads.
 pub(super) struct Gunzip<'n> {
-    feed: Feed,
+    feed: Feed<'n>,
     name: &'n str,
     max_ratio: u64,
     /// The feed's last buffer; `in_len` of it is input, `in_pos` of that used.
@@ -51,7 +51,7 @@ pub(super) struct Gunzip<'n> {
 
 impl<'n> Gunzip<'n> {
     /// Reads and checks the gzip header. `name` is what messages call the archive.
-    pub(super) fn new(feed: Feed, name: &'n str, max_ratio: u64) -> Result<Self, Failure> {
+    pub(super) fn new(feed: Feed<'n>, name: &'n str, max_ratio: u64) -> Result<Self, Failure> {
         let mut gz = Gunzip {
             feed,
             name,
