@@ -171,20 +171,22 @@ fn pass(
             feed::Feed::inline(input)
         };
         let gz = gzip::Gunzip::new(feed, source_name, policy.limits.max_ratio)?;
+        // Before the inflate starts: a folder that cannot be made fails the pass while no
+        // thread waits on a read.
+        let staging = Staging::create(staging_parent)?;
         let unpacked = unpacked::Unpacked::start(scope, gz, source_name)?;
-        walk_unpacked(unpacked, source_name, staging_parent, policy)
+        walk_unpacked(unpacked, staging, source_name, policy)
     })
 }
 
-/// The tar walk over the unpacked stream, and the verdict. Returning drops `gz`, which
-/// ends the inflate thread and with it the reader.
+/// The tar walk over the unpacked stream into `staging`, and the verdict. Returning drops
+/// `gz`, which ends the inflate thread and with it the reader.
 fn walk_unpacked(
     mut gz: unpacked::Unpacked,
+    staging: Staging,
     source_name: &str,
-    staging_parent: &Path,
     policy: &Policy,
 ) -> Result<Extracted, Failure> {
-    let staging = Staging::create(staging_parent)?;
     let limits = &policy.limits;
     let mut tree = tree::Tree::new(
         staging.path(),
