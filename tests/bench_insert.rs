@@ -532,13 +532,18 @@ fn insert_to_healthy_medians_and_the_step_breakdown() {
 }
 
 /// Issue 24 item 2: where the archive pass's time goes on the node, under the bed's
-/// accelerator (TCG here). A benchmark, not a test: it asserts only that each command ran.
+/// accelerator (TCG here). A benchmark, not a test: its figures are printed, not judged.
 /// Boots the image once; copies in the static musl build of `examples/bench_extract` and
 /// the 3.5.1 tarball; prints the guest's CPU flags that the pass's code looks for, then
 /// `bench_extract --stages` (read, SHA-256, CRC-32, inflate, the whole pass, fsync of the
 /// tree; best of three each), then the pass from the disc as `run` reads it: the ISO in
 /// the drive, the page cache dropped, `etcd-setup check /dev/sr0` (cold: the drive's reads
 /// inside the pass) and again (warm), and `dd` of the whole disc cold (the drive alone).
+/// It asserts that every timed command succeeded, so no figure comes from a failed one.
+/// The pass as `run` meets it, right after an insert, is the insert benchmark's
+/// (`disc-read` to `archive-pass-done`): a `check` started by hand the moment the medium's
+/// size shows was found racing the drive (EIO while it becomes ready), which `run`'s
+/// discovery waits out.
 ///
 /// ```text
 /// cargo build --release --example bench_extract --target x86_64-unknown-linux-musl
@@ -603,32 +608,11 @@ fn archive_pass_stages_on_the_node() {
             ),
         );
         report(&format!("archive from the disc, {what}: {}", out.trim()));
+        assert!(out.starts_with("rc=0 "), "{what}: {cmd} failed: {out}");
     };
     for _ in 0..3 {
         timed("check cold", "etcd-setup check /dev/sr0");
         timed("check warm", "etcd-setup check /dev/sr0");
         timed("dd of the disc cold", "dd if=/dev/sr0 of=/dev/null bs=64k");
-    }
-    // As `run` meets it: the pass started the moment the medium is there, while udev
-    // still probes the new disc (cdrom_id, blkid) beside it.
-    for round in 1..=3 {
-        vm.eject_cdrom();
-        root(
-            &vm,
-            "udevadm settle; rm -f /tmp/at-insert; sync; echo 3 > /proc/sys/vm/drop_caches; \
-             nohup sh -c 'until read s < /sys/block/sr0/size && [ \"$s\" != 0 ]; do sleep 0.02; done; \
-             t0=$(date +%s.%N); etcd-setup check /dev/sr0 >/dev/null 2>&1; rc=$?; t1=$(date +%s.%N); \
-             awk -v a=$t0 -v b=$t1 -v rc=$rc \"BEGIN { printf \\\"rc=%s %.3f s\\\", rc, b - a }\" > /tmp/at-insert' \
-             >/dev/null 2>&1 &",
-        );
-        vm.insert_cdrom_forced(&iso);
-        let out = root(
-            &vm,
-            "timeout 60 sh -c 'until [ -s /tmp/at-insert ]; do sleep 0.2; done'; cat /tmp/at-insert",
-        );
-        report(&format!(
-            "archive from the disc, check at the insert {round}: {}",
-            out.trim()
-        ));
     }
 }

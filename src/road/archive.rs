@@ -6,9 +6,9 @@
 //! policy → files in the staging folder, the etcd binaries' ELF headers checked on the way.
 //! Three threads share the road, a few buffers apart: the reader and its SHA-256 (`feed`),
 //! the inflate and its CRC-32 (`unpacked`), and the walk and its writes (the caller's; a
-//! pipe is read on the inflate's thread, [`extract_from_pipe`]). On
-//! a two-CPU node under TCG that took the pass from 1.16–1.20 s to 0.71–0.75 s
-//! (docs/measurements.md, the archive pass on the node).
+//! pipe is read on the inflate's thread, [`extract_from_pipe`]). On a two-CPU node under
+//! TCG that took the pass from 1.16–1.20 s to 0.71–0.75 s (docs/measurements.md, "The
+//! archive pass on the node").
 //!
 //! When several things are wrong, the verdict is the one an operator should act on first:
 //! 1. `archive-corrupt` for a damaged gzip stream (and `iso-unreadable` when the input cannot

@@ -63,10 +63,10 @@ pub(super) enum Next {
 
 impl<'a> Feed<'a> {
     /// Starts the reader of `input` on a thread of `scope`.
-    pub(super) fn start<'scope, R: Read + Send + 'scope>(
-        scope: &'scope Scope<'scope, '_>,
+    pub(super) fn start<R: Read + Send + 'a>(
+        scope: &'a Scope<'a, '_>,
         input: R,
-    ) -> io::Result<Feed<'scope>> {
+    ) -> io::Result<Self> {
         let (tx, chunks) = sync_channel(AHEAD);
         let (spare, spares) = sync_channel::<Vec<u8>>(AHEAD + 2);
         Builder::new()

@@ -28,14 +28,6 @@ enum Message {
     Failed(Failure),
 }
 
-/// Where the stream stands, as the walk sees it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    Flowing,
-    Done,
-    Failed,
-}
-
 /// The walk's end of the unpacked stream.
 pub(super) struct Unpacked {
     chunks: Receiver<Message>,
@@ -45,7 +37,8 @@ pub(super) struct Unpacked {
     pos: usize,
     consumed: u64,
     digest: Option<([u8; 32], u64)>,
-    state: State,
+    /// The member ended or its failure was handed on: nothing more comes.
+    ended: bool,
     name: String,
 }
 
@@ -75,7 +68,7 @@ impl Unpacked {
             pos: 0,
             consumed: 0,
             digest: None,
-            state: State::Flowing,
+            ended: false,
             name: name.to_string(),
         })
     }
@@ -83,7 +76,7 @@ impl Unpacked {
     /// The next unpacked bytes; empty once the member ended and its trailer checked out
     /// (or once a failure was handed on).
     pub(super) fn fill_buf(&mut self) -> Result<&[u8], Failure> {
-        if self.pos == self.len && self.state == State::Flowing {
+        if self.pos == self.len && !self.ended {
             let message = self.chunks.recv().unwrap_or_else(|_| {
                 Message::Failed(Failure::new(
                     ReasonCode::InternalError,
@@ -103,11 +96,11 @@ impl Unpacked {
                 }
                 Message::End(digest) => {
                     self.digest = digest;
-                    self.state = State::Done;
+                    self.ended = true;
                     (self.len, self.pos) = (0, 0);
                 }
                 Message::Failed(failure) => {
-                    self.state = State::Failed;
+                    self.ended = true;
                     (self.len, self.pos) = (0, 0);
                     return Err(failure);
                 }
