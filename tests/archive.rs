@@ -490,6 +490,16 @@ fn extracts_real_release(folder: &str, version: &str, etcdutl: bool) {
     let input = fs::File::open(&tarball).unwrap();
     let x = extract(input, "real.tar.gz", &parent, &Policy::default())
         .unwrap_or_else(|f| panic!("{f}"));
+    // Runnable at once, as `run` starts it: no descriptor of the pass (the writer's, the
+    // read-ahead's) holds it open for writing, which would fail the exec with ETXTBSY.
+    let ran = Command::new(x.bin_dir().join("etcd"))
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("etcd just extracted does not run: {e}"));
+    assert!(
+        ran.status.success() && String::from_utf8_lossy(&ran.stdout).contains(version),
+        "{ran:?}"
+    );
     assert_eq!((x.top.as_str(), x.version.as_str()), (folder, version));
     assert_eq!(x.has_etcdutl, etcdutl);
     let sum = Command::new("sha256sum").arg(&tarball).output().unwrap();

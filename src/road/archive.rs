@@ -20,6 +20,7 @@
 //! On any failure the staging folder is removed (a drop guard, so a panic removes it too)
 //! and nothing was written anywhere else.
 
+mod direct;
 mod feed;
 mod gzip;
 mod names;

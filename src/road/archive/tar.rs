@@ -185,7 +185,8 @@ pub(super) fn walk(
                 limits.max_total_size
             )));
         }
-        let mut sink = tree.file(&parts, &shown, header.mode(archive, at)? & 0o111 != 0)?;
+        let exec = header.mode(archive, at)? & 0o111 != 0;
+        let mut sink = tree.file(&parts, &shown, exec, size)?;
         let mut left = size;
         while left > 0 {
             let buf = gz.fill_buf()?;

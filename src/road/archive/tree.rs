@@ -7,6 +7,7 @@
 //! staging folder, and the walk never creates a link, so no component of any path can be a
 //! link: plain paths are as safe here as `openat` with `O_NOFOLLOW` would be.
 
+use super::direct::{self, DirectWriter};
 use super::names;
 use super::{binary_missing, too_large, unsafe_entry, Failure};
 use crate::reason::ReasonCode;
@@ -19,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 /// The binaries looked for directly in the top folder; the first two are required.
 const BINARIES: [&str; 3] = ["etcd", "etcdctl", "etcdutl"];
+/// `etcd`'s index in [`BINARIES`].
+const ETCD: usize = 0;
 
 /// What a name already stands for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -58,7 +61,7 @@ pub(super) struct Tree<'a> {
 
 /// A file being written.
 pub(super) struct FileSink {
-    file: File,
+    out: Out,
     path: PathBuf,
     /// For the etcd binaries: which one, and their first bytes for the ELF check.
     binary: Option<(usize, Vec<u8>)>,
@@ -103,12 +106,15 @@ impl<'a> Tree<'a> {
         Ok(())
     }
 
-    /// Creates the file `parts` (and any missing parent), mode 0755 if `exec` else 0644.
+    /// Creates the file `parts` (and any missing parent), mode 0755 if `exec` else 0644,
+    /// for the `size` bytes the archive says it holds: from [`direct::MIN_SIZE`] on they
+    /// are written around the page cache ([`direct`]).
     pub(super) fn file(
         &mut self,
         parts: &[&str],
         shown: &str,
         exec: bool,
+        size: u64,
     ) -> Result<FileSink, Failure> {
         self.parents(parts, false, shown)?;
         let key = parts.join("/");
@@ -138,15 +144,35 @@ impl<'a> Tree<'a> {
         file.set_permissions(fs::Permissions::from_mode(mode))
             .map_err(|e| Failure::io(&path, "cannot set the mode of", e))?;
         self.seen.insert(key, Seen::File);
+        let out = if size >= direct::MIN_SIZE {
+            Out::Direct(DirectWriter::new(file))
+        } else {
+            Out::Buffered(file)
+        };
         Ok(FileSink {
-            file,
+            out,
             path,
             binary: binary.map(|i| (i, Vec::with_capacity(elf::HEADER_LEN))),
         })
     }
 
-    /// Checks a finished file: an etcd binary must be an ELF executable for this machine.
+    /// Ends a file: its last bytes written, and an etcd binary checked as an ELF
+    /// executable for this machine.
     pub(super) fn close(&mut self, sink: FileSink, shown: &str) -> Result<(), Failure> {
+        // The writer's descriptor is closed here, before anything can execute the file.
+        let direct = match sink.out {
+            Out::Direct(w) => {
+                drop(
+                    w.finish()
+                        .map_err(|e| Failure::io(&sink.path, "cannot write", e))?,
+                );
+                true
+            }
+            Out::Buffered(file) => {
+                drop(file);
+                false
+            }
+        };
         let Some((index, header)) = sink.binary else {
             return Ok(());
         };
@@ -159,6 +185,10 @@ impl<'a> Tree<'a> {
             return Err(Failure::new(code, format!("{}: {shown} {e}", self.archive)));
         }
         self.found[index] = true;
+        // etcd, written around the page cache, is started next: read it back ahead.
+        if direct && index == ETCD {
+            direct::read_ahead(&sink.path);
+        }
         Ok(())
     }
 
@@ -294,8 +324,16 @@ impl FileSink {
             let want = elf::HEADER_LEN.saturating_sub(header.len()).min(data.len());
             header.extend_from_slice(&data[..want]);
         }
-        self.file
-            .write_all(data)
-            .map_err(|e| Failure::io(&self.path, "cannot write", e))
+        match &mut self.out {
+            Out::Buffered(file) => file.write_all(data),
+            Out::Direct(w) => w.write(data),
+        }
+        .map_err(|e| Failure::io(&self.path, "cannot write", e))
     }
+}
+
+/// Where a file's bytes go.
+enum Out {
+    Buffered(File),
+    Direct(DirectWriter),
 }
