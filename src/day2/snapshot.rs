@@ -330,13 +330,18 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
         .open_file(&staged.name)
         .map_err(|e| Failure::io(&partial, "cannot open", e))?;
     let (status, digest) = verify_followed(s, &partial, followed)?;
-    file.set_permissions(fs::Permissions::from_mode(0o600))
-        .and_then(|()| file.sync_all())
-        .map_err(|e| Failure::io(&partial, "cannot sync", e))?;
-    let size = file
+    // Created 0600 and truncated by etcdctl, it is that already: a chmod all the same
+    // would dirty the inode etcdctl just synced, and cost this sync a journal commit.
+    let meta = file
         .metadata()
-        .map_err(|e| Failure::io(&partial, "cannot stat", e))?
-        .len();
+        .map_err(|e| Failure::io(&partial, "cannot stat", e))?;
+    if meta.permissions().mode() & 0o7777 != 0o600 {
+        file.set_permissions(fs::Permissions::from_mode(0o600))
+            .map_err(|e| Failure::io(&partial, "cannot restrict", e))?;
+    }
+    file.sync_all()
+        .map_err(|e| Failure::io(&partial, "cannot sync", e))?;
+    let size = meta.len();
     drop(file);
     let name = names::name_for(cluster, &s.node_name, now, status.revision);
     put_in_place(&staging, &staged.name, &dir, &name, now)?;
