@@ -5,16 +5,18 @@
 //! `alloc_page_buffers`, a copy into each page), 0.5–1.4 s of emulated kernel code that
 //! swung with the host's load; written `O_DIRECT` the same 58 MB take 0.09–0.14 s, the
 //! device model's own copy being the host's native code (docs/measurements.md). The
-//! bytes are the same and so are the crash guarantees: nothing is durable before the
-//! installer's `fsync_tree`, which still flushes every file and folder (and the drive's
-//! cache) before the rename that exposes them.
+//! bytes are the same and so are the crash guarantees: a direct write may reach the
+//! drive's volatile cache, not the disk, so the installer's `fsync_tree` still flushes
+//! every file and folder (and the drive's cache) before the rename that gives them their
+//! names; a crash before it leaves only the staging folder, which the next run removes.
 //!
-//! Chunks of [`CHUNK`] bytes, aligned in memory and in the file to [`ALIGN`] (every
-//! Linux block device's logical block size divides it), go out `O_DIRECT`; the last
-//! partial chunk goes through the page cache, the flag cleared first. A filesystem that
-//! refuses the flag (tmpfs before Linux 6.6, some FUSE) gets every byte buffered, as
-//! does the rest of a file whose direct write was refused or came back short: one
-//! judgment per file, never a failure for the flag's sake.
+//! Chunks of [`CHUNK`] bytes, aligned in memory and in the file to [`ALIGN`] (a multiple
+//! of the 512- and 4096-byte logical blocks of disks; a device wanting more refuses the
+//! write with `EINVAL`), go out `O_DIRECT`; the last partial chunk goes through the page
+//! cache, the flag cleared first. A filesystem that refuses the flag (tmpfs before Linux
+//! 6.6, some FUSE) gets every byte buffered, as does the rest of a file whose direct
+//! write was refused or came back short: one judgment per file, never a failure for the
+//! flag's sake.
 //!
 //! A file about to be executed (etcd, started within the second) is then read back into
 //! the page cache ahead, on a thread beside the pass ([`read_ahead`]): started from the
