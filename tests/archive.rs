@@ -491,7 +491,8 @@ fn extracts_real_release(folder: &str, version: &str, etcdutl: bool) {
     let x = extract(input, "real.tar.gz", &parent, &Policy::default())
         .unwrap_or_else(|f| panic!("{f}"));
     // Runnable at once, as `run` starts it: no descriptor of the pass (the writer's, the
-    // read-ahead's) holds it open for writing, which would fail the exec with ETXTBSY.
+    // page-cache warmer's) holds it open for writing, which would fail the exec with
+    // ETXTBSY.
     let ran = Command::new(x.bin_dir().join("etcd"))
         .arg("--version")
         .output()

@@ -18,11 +18,11 @@
 //! write was refused or came back short: one judgment per file, never a failure for the
 //! flag's sake.
 //!
-//! A file about to be executed (etcd, started within the second) is then read back into
-//! the page cache ahead, on a thread beside the pass ([`read_ahead`]): started from the
-//! drive page fault by page fault, etcd took about 0.9 s longer to log its first line
-//! under TCG; written through the page cache instead, its 23 MB cost the pass 0.2–1.5 s
-//! again.
+//! A file about to be executed (etcd, started within the second) then has its pages
+//! loaded back into the page cache, on a thread beside the pass ([`warm_page_cache`]):
+//! started from the drive page fault by page fault, etcd took about 0.9 s longer to log
+//! its first line under TCG; written through the page cache instead, its 23 MB cost the
+//! pass 0.2–1.5 s again.
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use std::fs::File;
@@ -147,12 +147,12 @@ impl DirectWriter {
 /// executed as soon as it is installed, and `execve` fails with `ETXTBSY` ("Text file
 /// busy") while any process holds the file open for writing, as a clone of the writer's
 /// descriptor did (the insert benchmark's second run, etcd exiting with status 203).
-pub(super) fn read_ahead(path: &std::path::Path) {
-    let Ok(file) = open_to_read_ahead(path) else {
+pub(super) fn warm_page_cache(path: &std::path::Path) {
+    let Ok(file) = open_to_warm(path) else {
         return;
     };
     let _ = std::thread::Builder::new()
-        .name("read-ahead".into())
+        .name("page-cache-warm".into())
         .spawn(move || {
             let Ok(len) = file.metadata().map(|m| m.len()) else {
                 return;
@@ -173,8 +173,8 @@ pub(super) fn read_ahead(path: &std::path::Path) {
         });
 }
 
-/// The read-ahead thread's descriptor: read-only (see [`read_ahead`]).
-fn open_to_read_ahead(path: &std::path::Path) -> io::Result<File> {
+/// The warming thread's descriptor: read-only (see [`warm_page_cache`]).
+fn open_to_warm(path: &std::path::Path) -> io::Result<File> {
     File::open(path)
 }
 
@@ -188,18 +188,18 @@ mod tests {
             .collect()
     }
 
-    /// The read-ahead thread never holds the file open for writing: an `execve` of it
+    /// The warming thread never holds the file open for writing: an `execve` of it
     /// would fail with `ETXTBSY` while it does. Checked on the descriptor itself and by
     /// an exec of the file while that descriptor is open (a file that is no program:
     /// the kernel refuses a writer's file before it reads the first byte).
     #[test]
-    fn the_read_ahead_descriptor_is_read_only_and_lets_the_file_be_executed() {
+    fn the_warming_descriptor_is_read_only_and_lets_the_file_be_executed() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("etcd");
         std::fs::write(&path, b"#!/bin/sh\nexit 7\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let held = open_to_read_ahead(&path).unwrap();
+        let held = open_to_warm(&path).unwrap();
         assert_eq!(
             flags(&held) & OFlag::O_ACCMODE,
             OFlag::O_RDONLY,

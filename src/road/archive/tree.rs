@@ -185,9 +185,9 @@ impl<'a> Tree<'a> {
             return Err(Failure::new(code, format!("{}: {shown} {e}", self.archive)));
         }
         self.found[index] = true;
-        // etcd, written around the page cache, is started next: read it back ahead.
+        // etcd, written around the page cache, is started next: its pages are loaded back.
         if direct && index == ETCD {
-            direct::read_ahead(&sink.path);
+            direct::warm_page_cache(&sink.path);
         }
         Ok(())
     }
