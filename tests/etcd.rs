@@ -376,14 +376,89 @@ fn same_answers(
         etcdctl.member_list().unwrap(),
         "member list, {label}"
     );
-    assert_eq!(
-        gateway.endpoint_status().unwrap(),
-        etcdctl.endpoint_status().unwrap(),
-        "endpoint status, {label}"
-    );
+    same_status(gateway, etcdctl, label);
     let alarms = gateway.alarm_list().unwrap();
     assert_eq!(alarms, etcdctl.alarm_list().unwrap(), "alarm list, {label}");
     alarms
+}
+
+/// The endpoint status through the gateway and through etcdctl. The member's identity,
+/// version, leader, term, learner flag and errors are the same in both. The database's
+/// size, the part in use, the revision and the raft indexes are live (etcd's backend
+/// commits and frees pages between two reads, under load more so: CI saw db_size_in_use
+/// 2,035,712 against 1,728,512 a read later), so for them the rule is asserted instead: a
+/// gateway read, etcdctl's, then the gateway's again; the revision and indexes never go
+/// back between them; each read's part in use fits in its file; both report the same
+/// fields (3.4 reports no in-use size through either).
+fn same_status(gateway: &Client, etcdctl: &Client, label: &str) {
+    let before = gateway.endpoint_status().unwrap();
+    let middle = etcdctl.endpoint_status().unwrap();
+    let after = gateway.endpoint_status().unwrap();
+    assert_eq!(before.len(), 1, "endpoint status, {label}: {before:?}");
+    assert_eq!(middle.len(), 1, "endpoint status, {label}: {middle:?}");
+    let (b, m, a) = (&before[0], &middle[0], &after[0]);
+    for (what, x, y) in [
+        ("endpoint", &b.endpoint, &m.endpoint),
+        ("version", &b.version, &m.version),
+    ] {
+        assert_eq!(x, y, "endpoint status {what}, {label}");
+    }
+    for (what, x, y) in [
+        ("cluster id", b.cluster_id, m.cluster_id),
+        ("member id", b.member_id, m.member_id),
+        ("leader", b.leader, m.leader),
+    ] {
+        assert_eq!(x, y, "endpoint status {what}, {label}");
+    }
+    assert_eq!(
+        b.raft_term, m.raft_term,
+        "endpoint status raft term, {label}"
+    );
+    assert_eq!(
+        b.is_learner, m.is_learner,
+        "endpoint status learner, {label}"
+    );
+    assert_eq!(b.errors, m.errors, "endpoint status errors, {label}");
+    let ordered = |what: &str, x: u64, y: u64, z: u64| {
+        assert!(
+            x <= y && y <= z,
+            "endpoint status {what}, {label}: gateway {x}, etcdctl {y}, gateway {z}: went back"
+        );
+    };
+    ordered(
+        "revision",
+        b.revision as u64,
+        m.revision as u64,
+        a.revision as u64,
+    );
+    ordered("raft index", b.raft_index, m.raft_index, a.raft_index);
+    assert_eq!(
+        b.raft_applied_index.is_some(),
+        m.raft_applied_index.is_some(),
+        "endpoint status applied index reported by one only, {label}: {b:?} {m:?}"
+    );
+    if let (Some(x), Some(y), Some(z)) = (
+        b.raft_applied_index,
+        m.raft_applied_index,
+        a.raft_applied_index,
+    ) {
+        ordered("raft applied index", x, y, z);
+    }
+    assert_eq!(
+        b.db_size_in_use.is_some(),
+        m.db_size_in_use.is_some(),
+        "endpoint status in-use size reported by one only, {label}: {b:?} {m:?}"
+    );
+    for s in [b, m, a] {
+        assert!(s.db_size > 0, "endpoint status db size 0, {label}: {s:?}");
+        if let Some(in_use) = s.db_size_in_use {
+            assert!(
+                in_use <= s.db_size,
+                "endpoint status: {in_use} bytes in use of a {}-byte file, {label}",
+                s.db_size
+            );
+        }
+    }
 }
 
 /// The gateway and etcdctl say the same of the same member: quiet, then under NOSPACE

@@ -43,6 +43,16 @@ pub fn report(line: &str) {
     }
 }
 
+/// Adds one boot (qemu started → SSH login) to `$ETCD_SETUP_BOOT_LOG`, a line
+/// `NAME SECONDS`, from which tests/run sums each scenario's boot time.
+fn boot_logged(name: &str, took: Duration) {
+    if let Ok(path) = std::env::var("ETCD_SETUP_BOOT_LOG") {
+        if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{name} {:.1}", took.as_secs_f64());
+        }
+    }
+}
+
 /// The node image built by `vm-images/build`.
 pub struct Image {
     /// Folder holding node.qcow2, vmlinuz, initrd.img.
@@ -742,7 +752,9 @@ impl Vm {
                 .map(|o| o.status.success())
                 .unwrap_or(false);
             if ok {
-                return self.started.elapsed();
+                let took = self.started.elapsed();
+                boot_logged(&self.name, took);
+                return took;
             }
             assert!(
                 Instant::now() < deadline,
