@@ -14,9 +14,9 @@
 use super::frame::{self, Frame, Spec};
 use crate::cli::LeaveArgs;
 use crate::cluster::lifecycle::{self, aside, leave::Outcome};
+use crate::member::service::Etcd;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::report::{self, Command, Phase, State};
-use crate::shared::service::Etcd;
 use std::time::SystemTime;
 
 /// Runs `etcd-setup leave`; returns the exit code.
@@ -45,8 +45,8 @@ fn leave(f: &Frame, force: bool) -> Result<String, Failure> {
             ReasonCode::LeaveFailed,
             format!(
                 "{} is not installed on this node ({} is missing), so etcd could not be stopped once the member is removed; nothing was changed",
-                crate::shared::unit::ETCD_UNIT,
-                crate::shared::unit::PACKAGED_UNIT_FILE
+                crate::member::unit::ETCD_UNIT,
+                crate::member::unit::PACKAGED_UNIT_FILE
             ),
         ));
     }

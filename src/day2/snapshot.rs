@@ -35,25 +35,24 @@
 //! removed by the next (only its own, by pid and member). Snapshots hold every secret of
 //! the Kubernetes cluster: the folders are 0700 and the files 0600, owned by root.
 
-pub mod folder;
-pub mod names;
 pub mod offsite;
 
-use super::tools::{self, FileStatus};
-use crate::backup::s3::Digest256;
 use crate::cluster::lifecycle::Node;
+use crate::member::folder::{Folder, Staged, STAGING};
+use crate::member::names;
+use crate::member::tools::{self, FileStatus};
+use crate::member::ThisMember;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::Settings;
-use crate::shared::member::ThisMember;
+use crate::shared::digest::Digest256;
 use crate::shared::report::{self, SnapshotTaken};
-use folder::{Folder, Staged, STAGING};
 use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-pub use names::{PREFIX, SUFFIX};
+pub use crate::member::names::{PREFIX, SUFFIX};
 
 /// The snapshot lock's name in the live state folder.
 pub const LOCK_FILE: &str = "snapshot.lock";
@@ -88,12 +87,6 @@ fn failed(message: String) -> Failure {
     Failure::new(ReasonCode::SnapshotFailed, message)
 }
 
-/// Whether a tool's error text says the disk is full (ENOSPC, EDQUOT as Go prints them).
-pub fn says_disk_full(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    t.contains("no space left on device") || t.contains("disk quota exceeded")
-}
-
 /// Renames `from` in `staging` to `to` in `dir`, moving a file already at `to` aside
 /// first (`.replaced-<time>`); then fsyncs `dir`.
 fn put_in_place(
@@ -125,7 +118,7 @@ fn copy_into(
 ) -> Result<(Folder, PathBuf), Failure> {
     let to = Folder::open(copy_dir, "snapshot.copy_dir")?;
     let staging = to.private(STAGING)?;
-    folder::remove_dead_partials(&staging, member);
+    crate::member::folder::remove_dead_partials(&staging, member);
     let (staged, mut out) = Staged::create(&staging, member)?;
     let partial = staging.join(&staged.part);
     let mut src = from
@@ -275,7 +268,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     )?;
     let dir = Folder::open(&cfg.dir, "snapshot.dir")?;
     let staging = dir.private(STAGING)?;
-    folder::remove_dead_partials(&staging, &s.node_name);
+    crate::member::folder::remove_dead_partials(&staging, &s.node_name);
     remove_old_partials(&dir);
     let member = ThisMember::of(s);
     let endpoint = member.client_url.clone();
@@ -309,7 +302,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     });
     save.map_err(|e| {
         let text = e.to_string();
-        if says_disk_full(&text) {
+        if tools::says_disk_full(&text) {
             Failure::new(
                 ReasonCode::DiskFull,
                 format!(

@@ -37,6 +37,7 @@ use crate::cluster::health;
 use crate::cluster::lifecycle::survey::MemberView;
 use crate::cluster::lifecycle::Node;
 use crate::exit::upgrade as exit;
+use crate::member::service::{self, Etcd};
 use crate::reason::{Failure, ReasonCode};
 use crate::road::discover::{self, Wait};
 use crate::road::install;
@@ -45,7 +46,6 @@ use crate::shared::advisory::{self, Version};
 use crate::shared::config::Settings;
 use crate::shared::paths::Paths;
 use crate::shared::report::{rfc3339, Command, Phase, Process, State, UpgradePhase, UpgradeRecord};
-use crate::shared::service::{self, Etcd};
 use rules::Step;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -190,7 +190,7 @@ fn upgrade(
     args: &UpgradeArgs,
     record: &mut Recorder<'_>,
 ) -> Result<String, Failure> {
-    let metrics = crate::shared::member::ThisMember::of(settings).metrics;
+    let metrics = crate::member::ThisMember::of(settings).metrics;
     let installed = running_version(metrics)?;
     record.record.from = installed.to_string();
 
@@ -529,7 +529,7 @@ fn hand_leadership_away(client: &Client, view: &[MemberView]) -> Result<(), Fail
 }
 
 /// How etcd is stopped and started: systemd on a node, a child process in host tests.
-pub use crate::shared::service::Service;
+pub use crate::member::service::Service;
 
 /// The swap itself: stop, keep the old binaries, install the new ones, start, confirm
 /// `new` healthy within `wait`; else put `old` back, start and confirm it, and fail with

@@ -12,7 +12,7 @@ impl Checker<'_> {
     /// binary folder or TLS file under a folder it hides would make etcd fail at its
     /// start, long after the run waited for the ISO and replaced the binaries.
     pub(super) fn etcd_path(&self, key: &str, path: PathBuf) -> Checked<PathBuf> {
-        match crate::shared::unit::HIDDEN_FROM_ETCD
+        match crate::member::unit::HIDDEN_FROM_ETCD
             .iter()
             .find(|hidden| path.starts_with(hidden))
         {

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 /// The value etcd reads for `key` from the environment file rendered from `s`: the
 /// URLs config's settings turn into (the derivations live in `unit`).
 fn env(s: &Settings, key: &str) -> String {
-    let text = crate::shared::unit::render_env(s, &crate::shared::unit::Membership::configured(s));
+    let text = crate::member::unit::render_env(s, &crate::member::unit::Membership::configured(s));
     let line = text
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{key}=")))

@@ -39,12 +39,12 @@
 //! it is [`Etcd`]; `restore --no-systemd` is [`ByCaller`]; host tests run etcd as a child.
 
 use crate::cluster::health::{self, Health};
+use crate::member::unit::{self, Membership, ETCD_UNIT};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::advisory::Version;
 use crate::shared::config::Settings;
 use crate::shared::report::atomic_write;
 use crate::shared::systemd::{self, JobResult, Systemd};
-use crate::shared::unit::{self, Membership, ETCD_UNIT};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};

@@ -4,7 +4,7 @@
 //! one file for every node, never rendered, so systemd has it loaded from boot and no
 //! start needs a daemon-reload. Everything that differs between nodes and releases is in
 //! the environment file, pure text rendered here from [`Settings`] ([`render_env_for`]);
-//! the controller (`crate::shared::service`) writes it atomically before every start, and
+//! the controller (`crate::member::service`) writes it atomically before every start, and
 //! points [`ETCD_LINK`], the unit's fixed `ExecStart=`, at `install.dir/etcd`.
 //!
 //! Rendering cannot fail: [`Settings`] is valid by construction, and every rule that
@@ -12,9 +12,9 @@
 //! path, no newline inside a value, no file where the sandbox hides it) is checked by
 //! `config`, before the run waits for anything.
 
+use crate::member::ThisMember;
 use crate::shared::advisory::Version;
 use crate::shared::config::{ClusterState, Settings, TlsFiles};
-use crate::shared::member::ThisMember;
 
 /// etcd's unit.
 pub const ETCD_UNIT: &str = "etcd.service";
@@ -24,7 +24,7 @@ pub const PACKAGED_UNIT_FILE: &str = "/lib/systemd/system/etcd.service";
 
 /// Where agents before the packaged unit rendered etcd.service. One found there (it
 /// overrides the package's) is moved aside once, with the one daemon-reload of that
-/// migration (`crate::shared::service`).
+/// migration (`crate::member::service`).
 pub const LEGACY_UNIT_FILE: &str = "/etc/systemd/system/etcd.service";
 
 /// The first line of a unit an older agent rendered at [`LEGACY_UNIT_FILE`]: only such a
@@ -41,7 +41,7 @@ pub const ENV_FILE: &str = "/etc/etcd-setup/etcd.env";
 
 /// One start's flags (`--force-new-cluster` for `restore`), in the live state folder
 /// (tmpfs, gone at reboot): the unit reads it with `EnvironmentFile=-` and removes it
-/// after that start (`crate::shared::service` explains the design).
+/// after that start (`crate::member::service` explains the design).
 pub const ONCE_ENV_FILE: &str = "/run/etcd-setup/etcd-once.env";
 
 /// The system user and group etcd runs as. The package creates them (sysusers.d).
