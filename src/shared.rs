@@ -1,10 +1,11 @@
 //! The plumbing every part shares: the configuration ([`config`]), the node's record
 //! ([`report`], its only writer), systemd over D-Bus ([`systemd`]), the node lock
 //! ([`lock`]), signals ([`signals`]), the state folders and sockets ([`paths`]), a
-//! length and SHA-256 ([`digest`]), the advisory table ([`advisory`]), and output
-//! ([`output`], [`printable`]).
+//! length and SHA-256 ([`digest`]), an age recipient's spelling ([`age_key`]), the
+//! advisory table ([`advisory`]), and output ([`output`], [`printable`]).
 
 pub mod advisory;
+pub mod age_key;
 pub mod config;
 pub mod digest;
 pub mod lock;

@@ -216,7 +216,7 @@ fn upgrade(
         found,
         &settings.archive_path,
         install_dir,
-        &settings.policy(),
+        &crate::road::archive::Policy::of(settings),
     )?
     .extracted;
     let new = Version::parse(&release.version).ok_or_else(|| {

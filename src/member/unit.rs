@@ -47,9 +47,9 @@ pub const ONCE_ENV_FILE: &str = "/run/etcd-setup/etcd-once.env";
 /// The system user and group etcd runs as. The package creates them (sysusers.d).
 pub const ETCD_USER: &str = "etcd";
 
-/// The folders the unit's sandbox hides from etcd (`ProtectHome=`, `PrivateTmp=`): no
-/// data dir, binary or TLS file may lie below them. `config` enforces it.
-pub const HIDDEN_FROM_ETCD: [&str; 5] = ["/home", "/root", "/run/user", "/tmp", "/var/tmp"];
+/// The folders the unit's sandbox hides from etcd; `config` enforces them, so they live
+/// there (a test below holds them to the unit's text).
+pub use crate::shared::config::HIDDEN_FROM_ETCD;
 
 /// The packaged unit, as the package installs it.
 pub const UNIT_TEXT: &str = include_str!("../../packaging/etcd.service");
@@ -285,6 +285,103 @@ mod tests {
     use crate::shared::config;
     use std::path::Path;
     use std::process::Command;
+
+    /// The value etcd reads for `key` from the environment file rendered from `s`.
+    fn env(s: &Settings, key: &str) -> String {
+        let text = render_env(s, &Membership::configured(s));
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in\n{text}"));
+        line.trim_matches('"').to_string()
+    }
+
+    /// The smallest valid configuration file: only the required keys.
+    const BASE: &str = r#"
+[node]
+name = "etcd-1"
+ip = "10.1.1.11"
+
+[etcd]
+initial_cluster = "etcd-1=http://10.1.1.11:2380,etcd-2=http://10.1.1.12:2380"
+cluster_token = "tok"
+"#;
+
+    fn parse_text(text: &str) -> Settings {
+        config::parse(text, Path::new("/etc/etcd-setup/config.toml")).expect("a valid file")
+    }
+
+    #[test]
+    fn the_documented_example_renders_its_urls() {
+        let s = parse_text(config::EXAMPLE);
+        assert_eq!(
+            env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+            "https://10.1.1.11:2379,https://127.0.0.1:2379"
+        );
+        assert_eq!(
+            env(&s, "ETCD_ADVERTISE_CLIENT_URLS"),
+            "https://10.1.1.11:2379"
+        );
+        assert_eq!(env(&s, "ETCD_LISTEN_PEER_URLS"), "https://10.1.1.11:2380");
+        assert_eq!(
+            env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
+            "https://10.1.1.11:2380"
+        );
+        assert_eq!(
+            env(&s, "ETCD_LISTEN_METRICS_URLS"),
+            "http://127.0.0.1:2381,http://10.1.1.11:2382"
+        );
+        assert_eq!(
+        env(&s, "ETCD_INITIAL_CLUSTER"),
+        "etcd-1=https://10.1.1.11:2380,etcd-2=https://10.1.1.12:2380,etcd-3=https://10.1.1.13:2380"
+    );
+    }
+
+    #[test]
+    fn the_defaults_render_plain_http_urls_and_the_default_quota() {
+        let s = parse_text(BASE);
+        assert_eq!(
+            env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+            "http://10.1.1.11:2379,http://127.0.0.1:2379"
+        );
+        assert_eq!(
+            env(&s, "ETCD_ADVERTISE_CLIENT_URLS"),
+            "http://10.1.1.11:2379"
+        );
+        assert_eq!(
+            env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
+            "http://10.1.1.11:2380"
+        );
+        assert_eq!(env(&s, "ETCD_QUOTA_BACKEND_BYTES"), "2147483648");
+    }
+
+    #[test]
+    fn ipv6_node_gets_bracketed_urls() {
+        let text = r#"
+[node]
+name = "etcd-1"
+ip = "fd00::11"
+[etcd]
+initial_cluster = "etcd-1=http://[fd00::11]:2380,etcd-2=http://[fd00::12]:2380"
+cluster_token = "tok"
+client_port = 12379
+"#;
+        let s = parse_text(text);
+        assert_eq!(
+            env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+            "http://[fd00::11]:12379,http://127.0.0.1:12379"
+        );
+        assert_eq!(env(&s, "ETCD_LISTEN_PEER_URLS"), "http://[fd00::11]:2380");
+    }
+
+    #[test]
+    fn loopback_node_listens_once() {
+        let text = BASE
+            .replace("10.1.1.11", "127.0.0.1")
+            .replace(",etcd-2=http://10.1.1.12:2380", "");
+        let s = parse_text(&text);
+        assert_eq!(env(&s, "ETCD_LISTEN_CLIENT_URLS"), "http://127.0.0.1:2379");
+    }
 
     /// Three members, plain http, the defaults; `extra` is TOML merged in by table.
     fn parse_with(cluster: &str, extra: &str) -> Settings {

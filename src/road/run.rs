@@ -275,7 +275,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         found,
         &settings.archive_path,
         install_dir,
-        &settings.policy(),
+        &crate::road::archive::Policy::of(settings),
     )
     .map_err(|f| crate::road::discover::removed_while_read(&device, f))?;
     let release = validated.extracted;
