@@ -30,8 +30,31 @@ pub mod unit;
 
 pub use this::ThisMember;
 
+use crate::cluster::lifecycle::Node;
 use crate::reason::Failure;
+use crate::shared::config::Settings;
 use std::path::Path;
+
+/// This member as the commands ask it, derived from the settings once (the day-2 frame
+/// hands it out as `f.member`; no command derives it again).
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Its URLs, metrics address and tools.
+    pub own: ThisMember,
+    /// The cluster client's view of it: name, peers, data dir, the clients that ask it
+    /// and its peers.
+    pub node: Node,
+}
+
+impl Member {
+    /// The member `s` describes.
+    pub fn of(s: &Settings) -> Member {
+        Member {
+            own: ThisMember::of(s),
+            node: Node::from_settings(s),
+        }
+    }
+}
 
 /// `dir` fsynced, so a rename inside it is durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), Failure> {

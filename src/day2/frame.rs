@@ -1,7 +1,7 @@
 //! The frame every day-2 command runs in: `leave`, `upgrade`, `restore`, `snapshot`,
 //! `maintain`. [`run`] does, in this order: signals taken ([`crate::shared::signals`],
 //! before any thread exists); the configuration (`--config`) and this member
-//! ([`Node`]); the node lock when the command takes it; the operation record
+//! ([`Member`], handed out as `f.member`: no command derives it again); the node lock when the command takes it; the operation record
 //! ([`OperationGuard`], pid and start time) when the command keeps one; then the command's
 //! body; then its output in one shape (stdout lines through [`printable::line`], a failure
 //! as [`printable::failure`] on stderr, and with `--format json` also as one JSON object
@@ -31,8 +31,8 @@
 
 use crate::cli::StateDirs;
 use crate::cluster::etcd::{ErrorKind, EtcdError};
-use crate::cluster::lifecycle::Node;
 use crate::exit;
+use crate::member::Member;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::{self, Settings};
 use crate::shared::lock::{RunLock, LOCK_FILE};
@@ -69,8 +69,8 @@ pub struct Frame {
     pub settings: Settings,
     /// The state folders and system paths.
     pub paths: Paths,
-    /// This member.
-    pub node: Node,
+    /// This member, derived once.
+    pub member: Member,
     op: Mutex<Option<(OperationGuard, Cleanup)>>,
     _lock: Option<RunLock>,
 }
@@ -220,7 +220,7 @@ fn begin(spec: &Spec<'_>) -> Result<Frame, Failure> {
     });
     Ok(Frame {
         command: spec.command,
-        node: Node::from_settings(&settings),
+        member: Member::of(&settings),
         settings,
         paths,
         op: Mutex::new(op),

@@ -50,7 +50,7 @@ fn leave(f: &Frame, force: bool) -> Result<String, Failure> {
             ),
         ));
     }
-    let plan = lifecycle::leave::plan(&f.node, force)?;
+    let plan = lifecycle::leave::plan(&f.member.node, force)?;
     frame::checkpoint()?;
 
     // The record says `left` (leaving) before the removal: a `run` at the next boot does
@@ -74,7 +74,7 @@ fn leave(f: &Frame, force: bool) -> Result<String, Failure> {
         .map_err(|e| Failure::io(&store.run_path(), "cannot record `leaving` in", e))?;
     f.step("removing this member, then stopping etcd", true);
     let done = frame::critical(|| {
-        let outcome = match lifecycle::leave::execute(&f.node, &plan) {
+        let outcome = match lifecycle::leave::execute(&f.member.node, &plan) {
             Ok(o) => o,
             Err(e) => {
                 // Nothing was changed: the record is put back as it was.

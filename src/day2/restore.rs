@@ -124,7 +124,7 @@ fn from_backup(
     let s = &f.settings;
     let b = backups::settings(s, &args.config)?;
     let client = backups::client(b)?;
-    let configured = f.node.expected_cluster_id().0;
+    let configured = f.member.node.expected_cluster_id().0;
     let cluster = args.cluster.unwrap_or(configured);
     f.step(
         &format!("fetching and proving the backup {which} of cluster {cluster:016x}"),

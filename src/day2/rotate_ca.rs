@@ -304,7 +304,7 @@ fn check_all_patiently(
 
 fn rotate(f: &Frame, args: &RotateCaArgs) -> Result<String, Failure> {
     let s = &f.settings;
-    let node = &f.node;
+    let node = &f.member.node;
     let mut all = node.own_client_url().into_iter().collect::<Vec<_>>();
     all.extend(node.peer_client_urls());
     let client = node.client(all);
@@ -320,7 +320,7 @@ fn rotate(f: &Frame, args: &RotateCaArgs) -> Result<String, Failure> {
     } else {
         None
     };
-    let metrics = crate::member::ThisMember::of(s).metrics;
+    let metrics = f.member.own.metrics;
     let release = health::server_version(metrics, health::DAY2_DEADLINE)
         .ok()
         .and_then(|v| Version::parse(&v));
