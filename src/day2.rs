@@ -1,11 +1,12 @@
 //! Day 2 on the node: leaving the cluster ([`leave`]), guarded rolling upgrades
 //! ([`upgrade`]), verified snapshots ([`snapshot`]), restore of a snapshot as a new
 //! one-member cluster ([`restore`]), defragmentation and NOSPACE recovery one member at a
-//! time ([`maintain`]), and the backups off the node: listed and proven ([`backups`]),
+//! time ([`maintain`]), a restart on new trust bundles one member at a time
+//! ([`rotate_ca`]), and the backups off the node: listed and proven ([`backups`]),
 //! restored (`restore --from-backup`). Each command acts on the etcd that `--config`
 //! describes, through the installed release's own tools: `etcdctl` via
 //! [`crate::cluster::etcd::Client`], and for snapshot files `etcdutl` (3.5) or `etcdctl`
-//! (3.4, which has no etcdutl) via [`tools`].
+//! (3.4, which has no etcdutl) via [`crate::member::tools`].
 //!
 //! Each runs in one frame ([`frame`]: configuration, this member, the node lock, the
 //! operation record, signals, output and exit code), and stops and starts etcd through

@@ -1,5 +1,5 @@
 //! etcd.service, controlled: the one home of stopping, starting and confirming etcd, for
-//! `run`, `upgrade`, `restore` and `leave`.
+//! `run`, `upgrade`, `restore`, `rotate-ca` and `leave`.
 //!
 //! - **Stop** waits [`STOP_TIMEOUT`] for the stop job: systemd's own `TimeoutStopSec=`
 //!   default (90 s; the unit sets none) kills a stuck etcd before that, so the job ends
