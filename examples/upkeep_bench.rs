@@ -148,7 +148,7 @@ fn defrag_call(stdout: &str) -> Option<(u128, u128)> {
 /// alone, `snapshot status` alone, then both at once as `snapshot` runs them. Were the
 /// hash not the shorter, hashing the partial while etcdctl writes it could pay.
 fn verification(c: &Cluster, file: &Path) -> String {
-    use etcd_setup::day2::tools;
+    use etcd_setup::member::tools;
     let tool = if c.bin.join("etcdutl").is_file() {
         c.bin.join("etcdutl")
     } else {

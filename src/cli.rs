@@ -4,7 +4,8 @@
 //! completions are all made from it and cannot drift apart. The exit-code epilogues come
 //! from [`crate::exit`].
 
-use crate::{exit, shared::config, status};
+use crate::shared::paths::STATUS_SOCKET;
+use crate::{exit, shared::config};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,16 +72,9 @@ pub enum Command {
     ServeStatus(ServeStatusArgs),
 }
 
-/// Where the agent keeps its state; moved only by tests and by hand.
-#[derive(clap::Args, Debug, Clone)]
-pub struct StateDirs {
-    /// The live state and the lock (gone at reboot).
-    #[arg(long, value_name = "DIR", default_value = crate::shared::report::RUN_DIR, hide = true)]
-    pub run_dir: PathBuf,
-    /// The persistent copy of the state.
-    #[arg(long, value_name = "DIR", default_value = crate::shared::report::PERSIST_DIR, hide = true)]
-    pub state_dir: PathBuf,
-}
+/// The state folders every command takes (`--run-dir`, `--state-dir`); they live with the
+/// paths.
+pub use crate::shared::paths::StateDirs;
 
 /// `etcd-setup run`.
 #[derive(clap::Args, Debug)]
@@ -325,7 +319,7 @@ pub struct StatusArgs {
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// The status socket.
-    #[arg(long, value_name = "PATH", default_value = status::SOCKET, hide = true)]
+    #[arg(long, value_name = "PATH", default_value = STATUS_SOCKET, hide = true)]
     pub socket: PathBuf,
 }
 
@@ -333,7 +327,7 @@ pub struct StatusArgs {
 #[derive(clap::Args, Debug)]
 pub struct ServeStatusArgs {
     /// The socket to bind when systemd passes none.
-    #[arg(long, value_name = "PATH", default_value = status::SOCKET)]
+    #[arg(long, value_name = "PATH", default_value = STATUS_SOCKET)]
     pub socket: PathBuf,
     /// Exit after this long without a connection ("0" never exits).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]

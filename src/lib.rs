@@ -14,6 +14,7 @@ pub mod reason;
 pub mod backup;
 pub mod cluster;
 pub mod day2;
+pub mod member;
 pub mod road;
 pub mod shared;
 pub mod status;

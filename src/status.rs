@@ -40,7 +40,7 @@ pub use verdict::{evaluate, evaluate_at, pid_alive};
 use std::time::Duration;
 
 /// The status socket.
-pub const SOCKET: &str = "/run/etcd-setup/status.sock";
+pub use crate::shared::paths::STATUS_SOCKET as SOCKET;
 /// The protocol version a request names.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The version of the answer's JSON.

@@ -64,7 +64,7 @@ impl Upload<'_> {
             member: "m1".into(),
             revision,
             etcd_version: self.c.version.clone(),
-            total_keys: etcd_setup::day2::tools::file_status(
+            total_keys: etcd_setup::member::tools::file_status(
                 &etcd_setup::backup::trial::tool_for(&self.c.bin, &self.c.version).unwrap(),
                 snapshot,
             )
@@ -73,7 +73,7 @@ impl Upload<'_> {
             time: SystemTime::now(),
         };
         // Its digest as the agent's verification of the snapshot gives it.
-        let verified = etcd_setup::day2::tools::check_trailer(snapshot).unwrap();
+        let verified = etcd_setup::member::tools::check_trailer(snapshot).unwrap();
         bucket::upload_snapshot(
             self.backup,
             self.client,
@@ -873,8 +873,8 @@ fn a_verify_stopped_by_sigterm_removes_its_scratch_copy() {
 #[test]
 fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
     use etcd_setup::cluster::lifecycle::{join, Node};
+    use etcd_setup::member::service::ByCaller;
     use etcd_setup::road::from_bucket::{self, Start};
-    use etcd_setup::shared::service::ByCaller;
     let st = store();
     let token = "tok-when-empty";
     let mut c = Cluster::start("3.5.16", 3, token);

@@ -58,7 +58,7 @@ fn a_snapshot_is_proven_and_bad_ones_refused(version: &str) {
     std::fs::create_dir(&scratch).unwrap();
     // What etcd's own `snapshot status` counts, as `snapshot` records it for the upload.
     let tool = trial::tool_for(&c.bin, version).unwrap();
-    let total_keys = etcd_setup::day2::tools::file_status(&tool, &file)
+    let total_keys = etcd_setup::member::tools::file_status(&tool, &file)
         .unwrap()
         .total_keys;
     let good = Expect {

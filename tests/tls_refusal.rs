@@ -6,8 +6,8 @@
 //! one CA elect a leader and the watch says nothing.
 mod support;
 
+use etcd_setup::member::service::refusal::Watch;
 use etcd_setup::reason::{Failure, ReasonCode};
-use etcd_setup::shared::service::refusal::Watch;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;

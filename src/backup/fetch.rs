@@ -26,7 +26,7 @@ use super::s3::{Client, Digest256, ErrorKind, Head, S3Error};
 use super::seal::{self, Identity, OpenErrorKind};
 use super::sigv4::hex;
 use super::trial::{self, Expect, Trial};
-use crate::day2::snapshot::folder::Folder;
+use crate::member::folder::Folder;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::BackupSettings;
 use crate::shared::report::Process;
@@ -613,7 +613,7 @@ pub fn fetch(
 
     // The member of the object's name, which its grammar keeps to [A-Za-z0-9._-]: the
     // metadata's could hold a `/`.
-    let name = crate::day2::snapshot::names::name_for(
+    let name = crate::member::names::name_for(
         cluster,
         &backup.backup.name.member,
         backup.time(),
@@ -653,7 +653,7 @@ pub fn fetch(
             hex(&plain_sha256)
         )));
     }
-    crate::day2::tools::check_trailer(&scratch.file).map_err(|f| match f.code {
+    crate::member::tools::check_trailer(&scratch.file).map_err(|f| match f.code {
         ReasonCode::SnapshotCorrupt => corrupt(format!("etcd's trailer: {}", f.message)),
         _ => f,
     })?;

@@ -143,13 +143,7 @@ impl Head {
 }
 
 /// What was sent or received: its length and SHA-256.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Digest256 {
-    /// Bytes.
-    pub len: u64,
-    /// SHA-256 of them.
-    pub sha256: [u8; 32],
-}
+pub use crate::shared::digest::Digest256;
 
 /// What came back of one part's range of an object ([`Client::read_back`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

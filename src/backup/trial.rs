@@ -7,13 +7,13 @@
 //! 3. `snapshot restore` makes a data dir of it, in a root-only scratch folder removed
 //!    afterwards whatever happens (a guard), and the restored database holds the same
 //!    key revisions up to the same revision as the snapshot (both read as
-//!    `day2/restore/bolt.rs` reads a database, without etcd running). No revision bump:
+//!    `member/bolt.rs` reads a database, without etcd running). No revision bump:
 //!    the trial restores the data as it is.
 //!
 //! Every failure is `backup-verify-failed`, naming the file and what did not hold.
 
-use crate::day2::restore::bolt::Db;
-use crate::day2::tools;
+use crate::member::bolt::Db;
+use crate::member::tools;
 use crate::reason::{Failure, ReasonCode};
 use sha2::{Digest, Sha256};
 use std::io::Read;
@@ -151,7 +151,7 @@ pub fn trial(
         format!("--data-dir={}", data.display()),
     ];
     tools::run(&tool, &args, RESTORE_DEADLINE).map_err(|e| {
-        if crate::day2::snapshot::says_disk_full(&e) {
+        if crate::member::tools::says_disk_full(&e) {
             Failure::new(
                 ReasonCode::DiskFull,
                 format!(

@@ -47,7 +47,7 @@
 //! endpoint URL(s) and etcd's or etcdctl's own error line.
 
 pub(crate) mod command;
-mod error;
+pub(super) mod error;
 mod id;
 mod json;
 mod lock;

@@ -25,7 +25,7 @@
 //! request and the whole answer by the command timeout (a defragmentation's by its
 //! own); the answer is read to at most [`MAX_REPLY`] bytes.
 
-use super::etcd::{classify, ErrorKind, EtcdError};
+use super::etcd::error::{classify, ErrorKind, EtcdError};
 use super::health::{remaining, Deadlined};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};

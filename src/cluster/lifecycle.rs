@@ -4,12 +4,13 @@
 //! **How `run` calls joining** (before it starts etcd, after installing it; also when the
 //! data dir is empty on a later boot, and after etcd exited as a removed member):
 //! ```text
-//! let node = lifecycle::Node::from_settings(&settings);
+//! let node = lifecycle::Node::from_settings(&settings);   // defined in member/this.rs
 //! let plan = lifecycle::start::before_start(&node, join_wait, &mut progress)?;
 //!     // join::decide (waits itself; Refuse -> its Failure: join-blocked, cluster-mismatch),
 //!     // then None: start as configured, or Some(join::prepare(..)): the learner added
-//! write etcd's unit and env from `plan` (Some: --initial-cluster=plan.initial_cluster,
-//!     --initial-cluster-state=existing); start etcd and follow the job;
+//! render etcd.env from `plan` (member/unit.rs; the unit is the package's; Some:
+//!     --initial-cluster=plan.initial_cluster, --initial-cluster-state=existing);
+//!     start etcd and follow the job (member/service.rs);
 //! if let Some(plan) = &plan {
 //!     lifecycle::join::promote(&node, plan, settings.start_timeout, &mut progress)?;
 //! }

@@ -301,7 +301,9 @@ pub fn command(args: &BackupsArgs) -> u8 {
             }
             let b = settings(s, &args.config)?;
             let client = client(b)?;
-            let cluster = args.cluster.unwrap_or(f.node.expected_cluster_id().0);
+            let cluster = args
+                .cluster
+                .unwrap_or(f.member.node.expected_cluster_id().0);
             match &args.action {
                 None | Some(BackupsAction::List) => {
                     f.step(

@@ -1,7 +1,7 @@
 //! The frame every day-2 command runs in: `leave`, `upgrade`, `restore`, `snapshot`,
-//! `maintain`. [`run`] does, in this order: signals taken ([`crate::shared::signals`],
+//! `maintain`, `rotate-ca`, `backups`. [`run`] does, in this order: signals taken ([`crate::shared::signals`],
 //! before any thread exists); the configuration (`--config`) and this member
-//! ([`Node`]); the node lock when the command takes it; the operation record
+//! ([`Member`], handed out as `f.member`: no command derives it again); the node lock when the command takes it; the operation record
 //! ([`OperationGuard`], pid and start time) when the command keeps one; then the command's
 //! body; then its output in one shape (stdout lines through [`printable::line`], a failure
 //! as [`printable::failure`] on stderr, and with `--format json` also as one JSON object
@@ -9,12 +9,13 @@
 //!
 //! **The node lock** (`run.lock` in the run dir, [`RunLock`], the one `run` holds) is
 //! taken by every command that stops or starts etcd, changes the membership or swaps the
-//! data: `leave`, `upgrade`, `restore`. With it none of them runs beside `run` or beside
-//! each other (two restores, a `run` starting etcd between a restore's steps). `snapshot`
-//! and `maintain` do not take it: they act on the running etcd through its API only (a
-//! snapshot reads, maintain defragments and disarms under etcd's own cluster lock), they
-//! run from timers that must not wait behind a `run` waiting for its ISO, and a restore or
-//! upgrade stopping etcd under them makes them fail cleanly (etcd does not answer).
+//! data: `leave`, `upgrade`, `restore`, `rotate-ca`. With it none of them runs beside
+//! `run` or beside each other (two restores, a `run` starting etcd between a restore's
+//! steps). `snapshot` and `maintain` do not take it: they act on the running etcd through
+//! its API only (a snapshot reads, maintain defragments and disarms under etcd's own
+//! cluster lock), they run from timers that must not wait behind a `run` waiting for its
+//! ISO, and a restore or upgrade stopping etcd under them makes them fail cleanly (etcd
+//! does not answer). `backups` reads the bucket and changes nothing on the node.
 //!
 //! **Signals**: SIGTERM, SIGINT or SIGHUP outside a [`critical`] section stops the command
 //! at once with `interrupted` (the operation record and the registered one-shot files are
@@ -31,8 +32,8 @@
 
 use crate::cli::StateDirs;
 use crate::cluster::etcd::{ErrorKind, EtcdError};
-use crate::cluster::lifecycle::Node;
 use crate::exit;
+use crate::member::Member;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::{self, Settings};
 use crate::shared::lock::{RunLock, LOCK_FILE};
@@ -69,8 +70,8 @@ pub struct Frame {
     pub settings: Settings,
     /// The state folders and system paths.
     pub paths: Paths,
-    /// This member.
-    pub node: Node,
+    /// This member, derived once.
+    pub member: Member,
     op: Mutex<Option<(OperationGuard, Cleanup)>>,
     _lock: Option<RunLock>,
 }
@@ -220,7 +221,7 @@ fn begin(spec: &Spec<'_>) -> Result<Frame, Failure> {
     });
     Ok(Frame {
         command: spec.command,
-        node: Node::from_settings(&settings),
+        member: Member::of(&settings),
         settings,
         paths,
         op: Mutex::new(op),

@@ -14,9 +14,9 @@
 use super::frame::{self, Frame, Spec};
 use crate::cli::LeaveArgs;
 use crate::cluster::lifecycle::{self, aside, leave::Outcome};
+use crate::member::service::Etcd;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::report::{self, Command, Phase, State};
-use crate::shared::service::Etcd;
 use std::time::SystemTime;
 
 /// Runs `etcd-setup leave`; returns the exit code.
@@ -45,12 +45,12 @@ fn leave(f: &Frame, force: bool) -> Result<String, Failure> {
             ReasonCode::LeaveFailed,
             format!(
                 "{} is not installed on this node ({} is missing), so etcd could not be stopped once the member is removed; nothing was changed",
-                crate::shared::unit::ETCD_UNIT,
-                crate::shared::unit::PACKAGED_UNIT_FILE
+                crate::member::unit::ETCD_UNIT,
+                crate::member::unit::PACKAGED_UNIT_FILE
             ),
         ));
     }
-    let plan = lifecycle::leave::plan(&f.node, force)?;
+    let plan = lifecycle::leave::plan(&f.member.node, force)?;
     frame::checkpoint()?;
 
     // The record says `left` (leaving) before the removal: a `run` at the next boot does
@@ -74,7 +74,7 @@ fn leave(f: &Frame, force: bool) -> Result<String, Failure> {
         .map_err(|e| Failure::io(&store.run_path(), "cannot record `leaving` in", e))?;
     f.step("removing this member, then stopping etcd", true);
     let done = frame::critical(|| {
-        let outcome = match lifecycle::leave::execute(&f.node, &plan) {
+        let outcome = match lifecycle::leave::execute(&f.member.node, &plan) {
             Ok(o) => o,
             Err(e) => {
                 // Nothing was changed: the record is put back as it was.

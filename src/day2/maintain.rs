@@ -25,6 +25,7 @@
 use crate::cluster::etcd::{AlarmKind, Client, ErrorKind, EtcdError};
 use crate::cluster::lifecycle::survey::{self, MemberView};
 use crate::cluster::lifecycle::Node;
+use crate::member::Member;
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::Settings;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -296,8 +297,8 @@ pub fn needs_defrag(s: &Settings, m: &MemberView) -> bool {
 }
 
 /// One maintenance run.
-pub fn maintain(s: &Settings) -> Result<Done, Failure> {
-    let node = Node::from_settings(s);
+pub fn maintain(s: &Settings, member: &Member) -> Result<Done, Failure> {
+    let node = &member.node;
     let own = node.own_client();
     let alarms = own
         .alarm_list()
@@ -315,7 +316,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
     }
     // A member another node's maintenance is defragmenting answers late: that alone is
     // no reason to give up before the lock; the survey under the lock decides.
-    let seen = match members(&node) {
+    let seen = match members(node) {
         Ok(seen) => Some(seen),
         Err(f) if f.code == ReasonCode::ClusterUnhealthy => {
             if alarms.iter().any(|a| a.kind == AlarmKind::NoSpace) {
@@ -327,7 +328,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
     };
     if let Some(seen) = seen {
         if alarms.iter().any(|a| a.kind == AlarmKind::NoSpace) {
-            return recover_nospace(s, &node, &own, seen);
+            return recover_nospace(s, node, &own, seen);
         }
         if !seen.iter().any(|m| needs_defrag(s, m)) {
             print_nothing(s, &seen);
@@ -345,7 +346,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
             _ => failed(e),
         })?;
     // Another node may have done the work while we waited.
-    let members = members_answering(&node, cfg.defrag_timeout)?;
+    let members = members_answering(node, cfg.defrag_timeout)?;
     let mut done = Done::default();
     let todo: Vec<String> = leader_last(members.clone())
         .into_iter()
@@ -361,7 +362,7 @@ pub fn maintain(s: &Settings) -> Result<Done, Failure> {
         // Every member answers before each defragmentation, and the leader is known now.
         let now = match fresh.take() {
             Some(v) => v,
-            None => members_answering(&node, cfg.defrag_timeout)?,
+            None => members_answering(node, cfg.defrag_timeout)?,
         };
         let Some(m) = now.into_iter().find(|m| m.name == name) else {
             continue;
@@ -417,6 +418,6 @@ pub fn command(args: &crate::cli::MaintainArgs) -> u8 {
             record: None,
             json: false,
         },
-        |f| maintain(&f.settings).map(|_| Vec::new()),
+        |f| maintain(&f.settings, &f.member).map(|_| Vec::new()),
     )
 }

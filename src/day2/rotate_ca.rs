@@ -20,7 +20,7 @@
 //!    for it, it lets it go and queues again behind them (at most `--leader-wait`), and at
 //!    its turn hands leadership to another healthy member first. Steps 1 to 3 are asked
 //!    again under the lock;
-//! 5. etcd stopped and started through the one controller ([`crate::shared::service`]),
+//! 5. etcd stopped and started through the one controller ([`crate::member::service`]),
 //!    confirmed healthy; the operation record says etcd is down on purpose meanwhile
 //!    (status `in-progress`).
 
@@ -31,12 +31,12 @@ use crate::cluster::health;
 use crate::cluster::lifecycle::survey::{self, MemberView};
 use crate::cluster::lifecycle::Node;
 use crate::cluster::tls_peek;
+use crate::member::service::{self, Etcd, Service};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::advisory::Version;
 use crate::shared::config::certs::{self, Link};
 use crate::shared::config::{Settings, TlsFiles};
 use crate::shared::report::Command;
-use crate::shared::service::{self, Etcd, Service};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -304,7 +304,7 @@ fn check_all_patiently(
 
 fn rotate(f: &Frame, args: &RotateCaArgs) -> Result<String, Failure> {
     let s = &f.settings;
-    let node = &f.node;
+    let node = &f.member.node;
     let mut all = node.own_client_url().into_iter().collect::<Vec<_>>();
     all.extend(node.peer_client_urls());
     let client = node.client(all);
@@ -320,7 +320,7 @@ fn rotate(f: &Frame, args: &RotateCaArgs) -> Result<String, Failure> {
     } else {
         None
     };
-    let metrics = crate::shared::member::ThisMember::of(s).metrics;
+    let metrics = f.member.own.metrics;
     let release = health::server_version(metrics, health::DAY2_DEADLINE)
         .ok()
         .and_then(|v| Version::parse(&v));

@@ -35,25 +35,23 @@
 //! removed by the next (only its own, by pid and member). Snapshots hold every secret of
 //! the Kubernetes cluster: the folders are 0700 and the files 0600, owned by root.
 
-pub mod folder;
-pub mod names;
 pub mod offsite;
 
-use super::tools::{self, FileStatus};
-use crate::backup::s3::Digest256;
-use crate::cluster::lifecycle::Node;
+use crate::member::folder::{Folder, Staged, STAGING};
+use crate::member::names;
+use crate::member::tools::{self, FileStatus};
+use crate::member::{Member, ThisMember};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::Settings;
-use crate::shared::member::ThisMember;
+use crate::shared::digest::Digest256;
 use crate::shared::report::{self, SnapshotTaken};
-use folder::{Folder, Staged, STAGING};
 use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-pub use names::{PREFIX, SUFFIX};
+pub use crate::member::names::{PREFIX, SUFFIX};
 
 /// The snapshot lock's name in the live state folder.
 pub const LOCK_FILE: &str = "snapshot.lock";
@@ -88,12 +86,6 @@ fn failed(message: String) -> Failure {
     Failure::new(ReasonCode::SnapshotFailed, message)
 }
 
-/// Whether a tool's error text says the disk is full (ENOSPC, EDQUOT as Go prints them).
-pub fn says_disk_full(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    t.contains("no space left on device") || t.contains("disk quota exceeded")
-}
-
 /// Renames `from` in `staging` to `to` in `dir`, moving a file already at `to` aside
 /// first (`.replaced-<time>`); then fsyncs `dir`.
 fn put_in_place(
@@ -125,7 +117,7 @@ fn copy_into(
 ) -> Result<(Folder, PathBuf), Failure> {
     let to = Folder::open(copy_dir, "snapshot.copy_dir")?;
     let staging = to.private(STAGING)?;
-    folder::remove_dead_partials(&staging, member);
+    crate::member::folder::remove_dead_partials(&staging, member);
     let (staged, mut out) = Staged::create(&staging, member)?;
     let partial = staging.join(&staged.part);
     let mut src = from
@@ -222,19 +214,18 @@ fn retain(
 /// run at once (each reads the whole file: the hash here on a thread, `snapshot status`
 /// in its child), which costs the longer of the two instead of both; a bad trailer is
 /// still the failure told, as when the trailer was checked first.
-pub fn verify(s: &Settings, file: &Path) -> Result<FileStatus, Failure> {
-    verify_followed(s, file, None).map(|(status, _)| status)
+pub fn verify(member: &ThisMember, file: &Path) -> Result<FileStatus, Failure> {
+    verify_followed(member, file, None).map(|(status, _)| status)
 }
 
 /// [`verify`], the trailer's hash finished from what `followed` hashed while etcdctl
 /// wrote the file ([`tools::Growing`]), when there is that; with the whole file's length
 /// and SHA-256 as the trailer's check read it.
 fn verify_followed(
-    s: &Settings,
+    member: &ThisMember,
     file: &Path,
     followed: Option<tools::Growing>,
 ) -> Result<(FileStatus, Digest256), Failure> {
-    let member = ThisMember::of(s);
     // The follower's status, read while etcdctl still synced and renamed, when it holds
     // for this file (tools::Growing): only the rest of the hash is left.
     let followed = match followed {
@@ -267,7 +258,12 @@ fn verify_followed(
 
 /// Takes, verifies, places, copies and keeps `snapshot.retain` deep a snapshot at `now`,
 /// one at a time on the node (the snapshot lock in `run_dir`).
-pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Failure> {
+pub fn take(
+    s: &Settings,
+    member: &Member,
+    run_dir: &Path,
+    now: SystemTime,
+) -> Result<Outcome, Failure> {
     let cfg = &s.data.snapshot;
     let _lock = crate::shared::lock::RunLock::acquire(
         &run_dir.join(LOCK_FILE),
@@ -275,11 +271,10 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     )?;
     let dir = Folder::open(&cfg.dir, "snapshot.dir")?;
     let staging = dir.private(STAGING)?;
-    folder::remove_dead_partials(&staging, &s.node_name);
+    crate::member::folder::remove_dead_partials(&staging, &s.node_name);
     remove_old_partials(&dir);
-    let member = ThisMember::of(s);
-    let endpoint = member.client_url.clone();
-    let client = Node::from_settings(s).own_client();
+    let endpoint = member.own.client_url.clone();
+    let client = member.node.own_client();
     // Asked first, within etcdctl's short timeouts: a save to a member that is down would
     // wait out all of snapshot.timeout redialling it. It names the cluster too.
     let (cluster, etcd_version) = client
@@ -301,7 +296,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     let growing = staging.open_file(&staged.part).ok();
     let saved = std::sync::atomic::AtomicBool::new(false);
     let (save, followed) = std::thread::scope(|t| {
-        let tool = member.snapshot_tool();
+        let tool = member.own.snapshot_tool();
         let follower = growing.map(|f| t.spawn(|| tools::Growing::follow(f, &saved, Some(tool))));
         let save = client.snapshot_save(&endpoint, &partial, cfg.timeout);
         saved.store(true, std::sync::atomic::Ordering::Release);
@@ -309,7 +304,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     });
     save.map_err(|e| {
         let text = e.to_string();
-        if says_disk_full(&text) {
+        if tools::says_disk_full(&text) {
             Failure::new(
                 ReasonCode::DiskFull,
                 format!(
@@ -329,7 +324,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
     let file = staging
         .open_file(&staged.name)
         .map_err(|e| Failure::io(&partial, "cannot open", e))?;
-    let (status, digest) = verify_followed(s, &partial, followed)?;
+    let (status, digest) = verify_followed(&member.own, &partial, followed)?;
     // Created 0600 and truncated by etcdctl, it is that already: a chmod all the same
     // would dirty the inode etcdctl just synced, and cost this sync a journal commit.
     let meta = file
@@ -398,7 +393,7 @@ pub fn take(s: &Settings, run_dir: &Path, now: SystemTime) -> Result<Outcome, Fa
 
 /// Uploads the snapshot `out` kept to `[backup]` when configured ([`offsite`]), and notes
 /// in `out` what that did.
-pub fn upload(s: &Settings, out: &mut Outcome, now: SystemTime) {
+pub fn upload(s: &Settings, member: &Member, out: &mut Outcome, now: SystemTime) {
     let Some(b) = &s.backup else {
         return;
     };
@@ -413,11 +408,7 @@ pub fn upload(s: &Settings, out: &mut Outcome, now: SystemTime) {
         total_keys: out.taken.total_keys,
         time: now,
     };
-    out.offsite = Some(offsite::upload(
-        b,
-        &Node::from_settings(s).own_client(),
-        &placed,
-    ));
+    out.offsite = Some(offsite::upload(b, &member.node.own_client(), &placed));
 }
 
 /// Removes the `.partial-*` files an agent before the staging folder left in `dir`
@@ -478,9 +469,9 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
         |f| {
             let s = &f.settings;
             let now = SystemTime::now();
-            let out = take(s, &args.dirs.run_dir, now).inspect_err(|e| {
+            let out = take(s, &f.member, &f.paths.run_dir, now).inspect_err(|e| {
                 if let Err(g) = report::record_snapshot_failure(
-                    &args.dirs.state_dir,
+                    &f.paths.state_dir,
                     e,
                     now,
                     s.data.snapshot.stale_after,
@@ -489,8 +480,8 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
                 }
             })?;
             let mut out = out;
-            upload(s, &mut out, now);
-            record(&args.dirs.state_dir, &out, s)?;
+            upload(s, &f.member, &mut out, now);
+            record(&f.paths.state_dir, &out, s)?;
             let t = &out.taken;
             let mut lines = vec![format!(
                 "snapshot {} revision {} size {} keys {} hash {:08x}{}",

@@ -37,6 +37,8 @@ use crate::cluster::health;
 use crate::cluster::lifecycle::survey::MemberView;
 use crate::cluster::lifecycle::Node;
 use crate::exit::upgrade as exit;
+use crate::member::service::{self, Etcd};
+use crate::member::Member;
 use crate::reason::{Failure, ReasonCode};
 use crate::road::discover::{self, Wait};
 use crate::road::install;
@@ -45,7 +47,6 @@ use crate::shared::advisory::{self, Version};
 use crate::shared::config::Settings;
 use crate::shared::paths::Paths;
 use crate::shared::report::{rfc3339, Command, Phase, Process, State, UpgradePhase, UpgradeRecord};
-use crate::shared::service::{self, Etcd};
 use rules::Step;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -70,7 +71,7 @@ pub fn command(args: &UpgradeArgs) -> u8 {
             // A signal outside the swap ends the upgrade at once: the record says so.
             let store = record.store.clone();
             f.on_interrupt(move || interrupted(&store));
-            match upgrade(&f.settings, &f.paths, args, &mut record) {
+            match upgrade(&f.settings, &f.member, &f.paths, args, &mut record) {
                 Ok(done) => Ok(vec![done]),
                 Err(e) => {
                     let refused = crate::exit::of(Command::Upgrade, e.code) == exit::REFUSED;
@@ -186,11 +187,12 @@ impl<'a> Recorder<'a> {
 
 fn upgrade(
     settings: &Settings,
+    member: &Member,
     paths: &Paths,
     args: &UpgradeArgs,
     record: &mut Recorder<'_>,
 ) -> Result<String, Failure> {
-    let metrics = crate::shared::member::ThisMember::of(settings).metrics;
+    let metrics = member.own.metrics;
     let installed = running_version(metrics)?;
     record.record.from = installed.to_string();
 
@@ -216,7 +218,7 @@ fn upgrade(
         found,
         &settings.archive_path,
         install_dir,
-        &settings.policy(),
+        &crate::road::archive::Policy::of(settings),
     )?
     .extracted;
     let new = Version::parse(&release.version).ok_or_else(|| {
@@ -247,9 +249,9 @@ fn upgrade(
         ));
     }
 
-    let node = Node::from_settings(settings);
-    let client = node.client(all_client_urls(&node));
-    let view = surveyed_within_rules(&client, &node, installed, new, rules::cluster_before_lock)?;
+    let node = &member.node;
+    let client = node.client(all_client_urls(node));
+    let view = surveyed_within_rules(&client, node, installed, new, rules::cluster_before_lock)?;
     record.record.members = versions_of(&view);
 
     // One member at a time; the leader last.
@@ -259,7 +261,7 @@ fn upgrade(
     );
     let lock = take_turn(
         &client,
-        &node,
+        node,
         installed,
         new,
         args.lock_wait,
@@ -292,8 +294,8 @@ fn upgrade(
     );
     // The same verified snapshot as `etcd-setup snapshot`, kept with the others and
     // recorded for status.
-    let taken =
-        crate::day2::snapshot::take(settings, &paths.run_dir, SystemTime::now()).map_err(|f| {
+    let taken = crate::day2::snapshot::take(settings, member, &paths.run_dir, SystemTime::now())
+        .map_err(|f| {
             Failure::new(
                 ReasonCode::UpgradeSnapshotFailed,
                 format!("the snapshot before the upgrade failed: {}", f.message),
@@ -337,7 +339,7 @@ fn upgrade(
     if outcome.is_ok() {
         record.installed(&version, sha256);
     }
-    let view = survey(&client, &node).unwrap_or_default();
+    let view = survey(&client, node).unwrap_or_default();
     record.record.members = versions_of(&view);
     record.record.cluster_version = health::cluster_version(metrics, health::DAY2_DEADLINE).ok();
     drop(lock);
@@ -529,7 +531,7 @@ fn hand_leadership_away(client: &Client, view: &[MemberView]) -> Result<(), Fail
 }
 
 /// How etcd is stopped and started: systemd on a node, a child process in host tests.
-pub use crate::shared::service::Service;
+pub use crate::member::service::Service;
 
 /// The swap itself: stop, keep the old binaries, install the new ones, start, confirm
 /// `new` healthy within `wait`; else put `old` back, start and confirm it, and fail with

@@ -31,45 +31,14 @@ mod unpacked;
 
 pub use staging::{fsync_tree, remove_stale_staging, Staging, STAGING_PREFIX};
 
+/// The caps are `[limits]` of the configuration, which owns their defaults.
+pub use crate::shared::config::Limits;
+
 use crate::reason::{Failure, ReasonCode};
 use crate::road::elf::Machine;
+use crate::shared::config::Settings;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-
-/// Caps that stop an oversized or hostile archive early.
-///
-/// The defaults leave wide headroom over real releases. etcd 3.5.x for linux-amd64 is about
-/// 20 MB compressed, 60 MB unpacked (the largest file, `etcd`, about 24 MB) in about 30
-/// entries with `Documentation/`, and compresses about 3:1:
-/// - 4096 entries: over 100 times a release;
-/// - 256 MiB per file: ten times today's largest binary;
-/// - 512 MiB in all: eight times a release, still well within a node's disk;
-/// - ratio 20:1: over six times what Go binaries reach; a zero-filled bomb goes beyond
-///   1000:1. The ratio applies past the first MiB unpacked, where a release's headers and
-///   text files sit and compress better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Most folders and regular files created (metadata headers not counted, parent folders
-    /// the archive did not list counted).
-    pub max_entries: u64,
-    /// Largest regular file, in bytes.
-    pub max_file_size: u64,
-    /// Most bytes of regular files in all.
-    pub max_total_size: u64,
-    /// Most unpacked bytes per compressed byte, checked continuously.
-    pub max_ratio: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_entries: 4096,
-            max_file_size: 256 << 20,
-            max_total_size: 512 << 20,
-            max_ratio: 20,
-        }
-    }
-}
 
 /// What an archive must satisfy beyond being a well-formed etcd release.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +49,18 @@ pub struct Policy {
     pub sha256: Option<[u8; 32]>,
     /// The machine the binaries must run on; by default this host.
     pub machine: Machine,
+}
+
+impl Policy {
+    /// What the archive pass must enforce for `s`: the configured caps and pinned digest,
+    /// for this machine's architecture.
+    pub fn of(s: &Settings) -> Policy {
+        Policy {
+            limits: s.limits,
+            sha256: s.sha256,
+            ..Policy::default()
+        }
+    }
 }
 
 impl Default for Policy {
@@ -263,4 +244,23 @@ fn unsafe_entry(archive: &str, shown: &str, why: &str) -> Failure {
 /// The input could not be read: the disc or image, not the archive, is at fault.
 fn read_failure(archive: &str, err: io::Error) -> Failure {
     Failure::iso_unreadable(archive, err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_is_the_configured_caps_and_digest_for_this_machine() {
+        let s = crate::shared::config::parse(
+            crate::shared::config::EXAMPLE,
+            Path::new("/etc/etcd-setup/config.toml"),
+        )
+        .expect("the example is valid");
+        let p = Policy::of(&s);
+        assert!(s.sha256.is_some());
+        assert_eq!(p.sha256, s.sha256);
+        assert_eq!(p.limits, s.limits);
+        assert_eq!(p.machine, Machine::host());
+    }
 }

@@ -20,10 +20,10 @@
 
 use crate::backup::fetch::{self, Which};
 use crate::cluster::lifecycle::{self, join::Plan, Node};
-use crate::day2::restore::{self, identity};
+use crate::member::service::Service;
+use crate::member::{identity, restore};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::{BackupSettings, Settings};
-use crate::shared::service::Service;
 use std::time::{Duration, Instant, SystemTime};
 
 /// How often a member waiting for the first one asks the cluster again.

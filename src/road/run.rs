@@ -8,6 +8,8 @@
 use crate::cli::RunArgs;
 use crate::cluster::lifecycle::{self, join::Plan, Node};
 use crate::exit::run as exit;
+use crate::member::service::{self, Etcd, Members, OneShot};
+use crate::member::unit::{self, ETCD_UNIT};
 use crate::reason::{Failure, ReasonCode};
 use crate::road::discover::{self, Wait};
 use crate::road::install;
@@ -16,9 +18,7 @@ use crate::shared::config::{self, Settings};
 use crate::shared::lock::RunLock;
 use crate::shared::paths::Paths;
 use crate::shared::report::{self, Phase, Reporter, SharedReporter, State};
-use crate::shared::service::{self, Etcd, Members, OneShot};
 use crate::shared::systemd::{self, Systemd, Watched};
-use crate::shared::unit::{self, ETCD_UNIT};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -275,7 +275,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
         found,
         &settings.archive_path,
         install_dir,
-        &settings.policy(),
+        &crate::road::archive::Policy::of(settings),
     )
     .map_err(|f| crate::road::discover::removed_while_read(&device, f))?;
     let release = validated.extracted;
@@ -302,7 +302,7 @@ fn steps(settings: &Settings, paths: &Paths, shared: &SharedReporter) -> Result<
     let etcd = Etcd::connect(settings)?;
     // etcd's environment is rendered for the release installed here.
     if let Some(v) = crate::shared::advisory::Version::parse(&release.version) {
-        crate::shared::service::Service::set_release(&etcd, v);
+        crate::member::service::Service::set_release(&etcd, v);
     }
     // A previous run may have left an etcd from another release running: stop it before
     // its binary is replaced (a fresh node never started etcd, so nothing happens).
@@ -503,7 +503,7 @@ fn start_and_confirm(
     let sd = etcd.systemd();
     let base = sd.unit_state(ETCD_UNIT)?;
     service::confirm(
-        crate::shared::member::ThisMember::of(settings).metrics,
+        crate::member::ThisMember::of(settings).metrics,
         None,
         Duration::from_secs(30),
     )?;

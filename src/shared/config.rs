@@ -19,7 +19,6 @@
 #![doc = concat!("```toml\n", include_str!("config.example.toml"), "```")]
 
 use crate::reason::Failure;
-use crate::road::archive;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -63,6 +62,10 @@ pub const DEFAULT_STATUS_GROUP: &str = "cloud";
 pub const DEFAULT_METRICS_PORT: u16 = 2381;
 /// A complete configuration file with every key set, as documented above.
 pub const EXAMPLE: &str = include_str!("config.example.toml");
+/// The folders etcd's unit's sandbox hides from it (`ProtectHome=`, `PrivateTmp=`): no
+/// data dir, binary or TLS file may lie below them. Checked here, at the configuration;
+/// `member/unit.rs` holds them to the packaged unit's text.
+pub const HIDDEN_FROM_ETCD: [&str; 5] = ["/home", "/root", "/run/user", "/tmp", "/var/tmp"];
 
 /// The longest `iso.wait` and `etcd.start_timeout`.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
@@ -185,21 +188,44 @@ pub struct Settings {
     /// `[tls]`.
     pub tls: Tls,
     /// `[limits]`: caps on the tarball.
-    pub limits: archive::Limits,
+    pub limits: Limits,
     /// Day 2: the quota, the Prometheus listener, `[snapshot]` and `[maintain]`.
     pub data: DataSettings,
     /// `[backup]`: the S3 bucket snapshots go to; off when `None`.
     pub backup: Option<BackupSettings>,
 }
 
-impl Settings {
-    /// What the archive pass must enforce: the configured caps and pinned digest, for this
-    /// machine's architecture.
-    pub fn policy(&self) -> archive::Policy {
-        archive::Policy {
-            limits: self.limits,
-            sha256: self.sha256,
-            ..archive::Policy::default()
+/// Caps that stop an oversized or hostile archive early.
+///
+/// The defaults leave wide headroom over real releases. etcd 3.5.x for linux-amd64 is about
+/// 20 MB compressed, 60 MB unpacked (the largest file, `etcd`, about 24 MB) in about 30
+/// entries with `Documentation/`, and compresses about 3:1:
+/// - 4096 entries: over 100 times a release;
+/// - 256 MiB per file: ten times today's largest binary;
+/// - 512 MiB in all: eight times a release, still well within a node's disk;
+/// - ratio 20:1: over six times what Go binaries reach; a zero-filled bomb goes beyond
+///   1000:1. The ratio applies past the first MiB unpacked, where a release's headers and
+///   text files sit and compress better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most folders and regular files created (metadata headers not counted, parent folders
+    /// the archive did not list counted).
+    pub max_entries: u64,
+    /// Largest regular file, in bytes.
+    pub max_file_size: u64,
+    /// Most bytes of regular files in all.
+    pub max_total_size: u64,
+    /// Most unpacked bytes per compressed byte, checked continuously.
+    pub max_ratio: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_entries: 4096,
+            max_file_size: 256 << 20,
+            max_total_size: 512 << 20,
+            max_ratio: 20,
         }
     }
 }

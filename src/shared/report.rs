@@ -49,7 +49,7 @@ pub use snapshot::{
 pub use state::{
     Loaded, Phase, PhaseStamp, Reason, State, StateStore, Unreadable, UpgradePhase, UpgradeRecord,
 };
-pub use time::{file_stamp, rfc3339};
+pub use time::{file_stamp, file_stamp_ms, rfc3339};
 
 /// The live state folder, emptied at every boot.
 pub const RUN_DIR: &str = "/run/etcd-setup";

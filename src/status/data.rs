@@ -334,7 +334,7 @@ mod tests {
     }
 
     fn answer() -> Answer {
-        let live = crate::status::live::FileLive("/nonexistent".into());
+        let live = crate::status::FileLive("/nonexistent".into());
         let loaded = crate::shared::report::Loaded::default();
         crate::status::evaluate(&loaded, Path::new("/run/x"), &live, &|_| false)
     }

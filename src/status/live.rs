@@ -2,8 +2,8 @@
 
 use super::protocol::{Role, SpaceView};
 use crate::cluster::health::{self, Health};
+use crate::member::unit::ETCD_UNIT;
 use crate::shared::systemd::{Systemd, UnitState};
-use crate::shared::unit::ETCD_UNIT;
 use std::net::SocketAddr;
 #[cfg(any(test, feature = "test-fixtures"))]
 use std::path::PathBuf;
@@ -56,7 +56,7 @@ pub enum RoleSource {
 /// clients speak plain http, else etcdctl with the client certificate at the client URL
 /// (the one its certificate is issued for).
 pub fn role_source(s: &crate::shared::config::Settings) -> RoleSource {
-    let member = crate::shared::member::ThisMember::of(s);
+    let member = crate::member::ThisMember::of(s);
     match &s.tls.client {
         None => RoleSource::Gateway(SocketAddr::new(
             std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
@@ -206,7 +206,7 @@ impl SystemLive {
     /// A live view asking etcd's health on 127.0.0.1:`metrics_port`.
     pub fn new(metrics_port: u16) -> SystemLive {
         SystemLive {
-            metrics: crate::shared::member::loopback_metrics(metrics_port),
+            metrics: crate::member::this::loopback_metrics(metrics_port),
             systemd: Mutex::new(None),
             cache: Mutex::new(None),
             version: Mutex::new(None),

@@ -1,5 +1,6 @@
-//! Member and cluster IDs: 64-bit numbers, shown in hex as etcdctl shows them, and the
-//! cluster ID a configuration implies.
+//! Member and cluster IDs: 64-bit numbers, shown in hex as etcdctl shows them, read as
+//! etcd's two JSON spellings write 64-bit integers ([`number`], which `json.rs` reads
+//! its other integers with), and the cluster ID a configuration implies.
 //!
 //! etcd does not expose the cluster token of a running cluster, but it derives the
 //! cluster ID from it at bootstrap (etcd's `membership` package, 3.4 and 3.5 alike): each
@@ -11,8 +12,11 @@
 //! never changes after bootstrap (members come and go, the ID stays), so a cluster whose
 //! members were replaced still matches.
 
+use serde::{Deserialize, Deserializer};
 use sha1::{Digest, Sha1};
 use std::fmt;
+use std::fmt::Display;
+use std::str::FromStr;
 
 /// A member's or a cluster's ID.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,7 +25,7 @@ pub struct Id(pub u64);
 /// A JSON number (etcdctl) or a decimal string (the gateway), read exactly.
 impl<'de> serde::Deserialize<'de> for Id {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
-        super::json::number(d).map(Id)
+        number(d).map(Id)
     }
 }
 
@@ -76,6 +80,30 @@ fn first_u64(digest: &[u8]) -> Id {
     let mut b = [0u8; 8];
     b.copy_from_slice(&digest[..8]);
     Id(u64::from_be_bytes(b))
+}
+
+/// A 64-bit integer written as a JSON number (etcdctl) or as a decimal string (the
+/// gateway).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumberOrString<T> {
+    Number(T),
+    String(String),
+}
+
+/// Reads a 64-bit integer that is a JSON number or a decimal string.
+pub(super) fn number<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + FromStr,
+    T::Err: Display,
+{
+    match NumberOrString::<T>::deserialize(d)? {
+        NumberOrString::Number(n) => Ok(n),
+        NumberOrString::String(s) => s
+            .parse()
+            .map_err(|e| serde::de::Error::custom(format!("{s:?} is no integer: {e}"))),
+    }
 }
 
 #[cfg(test)]

@@ -11,34 +11,10 @@
 //! (`"dbSize":"20480"`) and an alarm as its enum name (`"alarm":"NOSPACE"`). IDs are
 //! read exactly either way (serde_json reads integers without going through f64).
 
-use super::id::Id;
+use super::id::{number, Id};
 use serde::{Deserialize, Deserializer};
 use std::fmt::Display;
 use std::str::FromStr;
-
-/// A 64-bit integer written as a JSON number (etcdctl) or as a decimal string (the
-/// gateway).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumberOrString<T> {
-    Number(T),
-    String(String),
-}
-
-/// Reads a 64-bit integer that is a JSON number or a decimal string.
-pub(super) fn number<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + FromStr,
-    T::Err: Display,
-{
-    match NumberOrString::<T>::deserialize(d)? {
-        NumberOrString::Number(n) => Ok(n),
-        NumberOrString::String(s) => s
-            .parse()
-            .map_err(|e| serde::de::Error::custom(format!("{s:?} is no integer: {e}"))),
-    }
-}
 
 /// [`number`] of a field that may be absent (`None`, not zero).
 fn some_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>

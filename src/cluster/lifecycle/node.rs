@@ -1,11 +1,11 @@
 //! What joining, leaving and the day-2 commands need to know about this node, taken from
-//! [`Settings`] through [`ThisMember`] (or built directly by tests): its name and peer
+//! the settings through `crate::member::ThisMember` (`Node::from_settings`, beside it in
+//! `member/this.rs`; or built directly by tests): its name and peer
 //! URLs, the initial cluster and token, the client port and TLS, the data dir, the
 //! installed etcdctl; and the clients that ask this member or its peers.
 
 use crate::cluster::etcd::{self, Client, Id};
-use crate::shared::config::{scheme, Settings, TlsFiles};
-use crate::shared::member::ThisMember;
+use crate::shared::config::{scheme, TlsFiles};
 use std::path::PathBuf;
 
 /// This node as a member of its cluster.
@@ -31,21 +31,6 @@ pub struct Node {
 }
 
 impl Node {
-    /// The node that `settings` describe, with the etcdctl `run` installed.
-    pub fn from_settings(settings: &Settings) -> Node {
-        let member = ThisMember::of(settings);
-        Node {
-            name: settings.node_name.clone(),
-            peer_urls: vec![member.peer_url],
-            initial_cluster: settings.initial_cluster.clone(),
-            token: settings.cluster_token.clone(),
-            client_port: settings.client_port,
-            client_tls: settings.tls.client.clone(),
-            data_dir: settings.data_dir.clone(),
-            etcdctl: member.etcdctl,
-        }
-    }
-
     /// The cluster ID etcd computed when it bootstrapped from this configuration.
     pub fn expected_cluster_id(&self) -> Id {
         etcd::cluster_id(&self.initial_cluster, &self.token)
@@ -150,32 +135,5 @@ mod tests {
             Some("http://10.1.1.11:2379")
         );
         assert_eq!(node(false).client_url_of("http://:2380"), None);
-    }
-}
-
-#[cfg(test)]
-mod settings_tests {
-    use super::*;
-
-    #[test]
-    fn the_node_of_the_documented_configuration() {
-        let s = crate::shared::config::parse(
-            crate::shared::config::EXAMPLE,
-            std::path::Path::new("example.toml"),
-        )
-        .expect("the example parses");
-        let n = Node::from_settings(&s);
-        assert_eq!(n.name, "etcd-1");
-        assert_eq!(n.peer_urls, ["https://10.1.1.11:2380"]);
-        assert_eq!(
-            n.peer_client_urls(),
-            ["https://10.1.1.12:2379", "https://10.1.1.13:2379"]
-        );
-        assert_eq!(n.etcdctl, PathBuf::from("/opt/bin/etcdctl"));
-        assert_eq!(n.client_tls, s.tls.client);
-        assert_eq!(
-            n.expected_cluster_id(),
-            etcd::cluster_id(&s.initial_cluster, "k8s-etcd-abc")
-        );
     }
 }

@@ -22,11 +22,11 @@
 //! `backup-unreachable`, …): the local snapshot stays kept and recorded.
 
 use crate::backup::bucket::{self, Meta};
-use crate::backup::s3::Digest256;
 use crate::backup::{s3, seal};
 use crate::cluster::etcd::{Client as Etcd, ErrorKind};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::config::BackupSettings;
+use crate::shared::digest::Digest256;
 use crate::shared::report::{BackupSeen, BackupUpload, Stamp};
 use std::path::Path;
 use std::time::{Duration, SystemTime};

@@ -4,8 +4,8 @@
 
 use super::raw::RawBackup;
 use super::values::{Checked, Checker};
-pub use crate::backup::seal::Recipient;
 use crate::reason::{Failure, ReasonCode};
+pub use crate::shared::age_key::Recipient;
 use std::fmt;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -417,7 +417,7 @@ impl BackupSettings {
     }
 
     /// The age recipients of `recipients_file` (one `age1…` a line, `#` comments, blank
-    /// lines), parsed by the age module (`backup::seal`, the one home of the rule); empty
+    /// lines), parsed by `shared/age_key.rs`, the one home of the rule; empty
     /// when not encrypting. At least one when encrypting.
     pub fn recipients(&self) -> Result<Vec<Recipient>, Failure> {
         let Some(file) = self.recipients_file.as_deref().filter(|_| self.encrypt) else {

@@ -12,7 +12,7 @@ impl Checker<'_> {
     /// binary folder or TLS file under a folder it hides would make etcd fail at its
     /// start, long after the run waited for the ISO and replaced the binaries.
     pub(super) fn etcd_path(&self, key: &str, path: PathBuf) -> Checked<PathBuf> {
-        match crate::shared::unit::HIDDEN_FROM_ETCD
+        match HIDDEN_FROM_ETCD
             .iter()
             .find(|hidden| path.starts_with(hidden))
         {
@@ -325,8 +325,8 @@ impl Checker<'_> {
         };
 
         // [limits]
-        let d = archive::Limits::default();
-        let limits = archive::Limits {
+        let d = Limits::default();
+        let limits = Limits {
             max_entries: self.count("limits.max_entries", limits.max_entries, d.max_entries)?,
             max_file_size: self.size(
                 "limits.max_file_size",

@@ -2,17 +2,6 @@ use super::*;
 use crate::reason::ReasonCode;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// The value etcd reads for `key` from the environment file rendered from `s`: the
-/// URLs config's settings turn into (the derivations live in `unit`).
-fn env(s: &Settings, key: &str) -> String {
-    let text = crate::shared::unit::render_env(s, &crate::shared::unit::Membership::configured(s));
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("no {key} in\n{text}"));
-    line.trim_matches('"').to_string()
-}
-
 const PATH: &str = "/etc/etcd-setup/config.toml";
 
 /// The smallest valid file: only the required keys.
@@ -100,7 +89,7 @@ fn the_documented_example_parses_to_its_typed_values() {
             }),
             warn_days: 21,
         },
-        limits: archive::Limits::default(),
+        limits: Limits::default(),
         data: DataSettings {
             quota_backend_bytes: 2 << 30,
             prometheus_port: Some(2382),
@@ -142,28 +131,6 @@ fn the_documented_example_parses_to_its_typed_values() {
         }),
     };
     assert_eq!(s, expected);
-    assert_eq!(
-        env(&s, "ETCD_LISTEN_CLIENT_URLS"),
-        "https://10.1.1.11:2379,https://127.0.0.1:2379"
-    );
-    assert_eq!(
-        env(&s, "ETCD_ADVERTISE_CLIENT_URLS"),
-        "https://10.1.1.11:2379"
-    );
-    assert_eq!(env(&s, "ETCD_LISTEN_PEER_URLS"), "https://10.1.1.11:2380");
-    assert_eq!(
-        env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
-        "https://10.1.1.11:2380"
-    );
-    assert_eq!(
-        env(&s, "ETCD_LISTEN_METRICS_URLS"),
-        "http://127.0.0.1:2381,http://10.1.1.11:2382"
-    );
-    assert_eq!(
-        env(&s, "ETCD_INITIAL_CLUSTER"),
-        "etcd-1=https://10.1.1.11:2380,etcd-2=https://10.1.1.12:2380,etcd-3=https://10.1.1.13:2380"
-    );
-    assert_eq!(s.policy().sha256, Some(digest));
 }
 
 #[test]
@@ -186,19 +153,7 @@ fn defaults_fill_every_optional_key() {
     assert_eq!(s.failure_owner, "cloud");
     assert_eq!(s.status_group, "cloud");
     assert_eq!(s.tls, Tls::default());
-    assert_eq!(s.limits, archive::Limits::default());
-    assert_eq!(
-        env(&s, "ETCD_LISTEN_CLIENT_URLS"),
-        "http://10.1.1.11:2379,http://127.0.0.1:2379"
-    );
-    assert_eq!(
-        env(&s, "ETCD_ADVERTISE_CLIENT_URLS"),
-        "http://10.1.1.11:2379"
-    );
-    assert_eq!(
-        env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
-        "http://10.1.1.11:2380"
-    );
+    assert_eq!(s.limits, Limits::default());
 }
 
 #[test]
@@ -217,20 +172,6 @@ client_port = 12379
         s.node_ip,
         IpAddr::V6("fd00::11".parse::<Ipv6Addr>().unwrap())
     );
-    assert_eq!(
-        env(&s, "ETCD_LISTEN_CLIENT_URLS"),
-        "http://[fd00::11]:12379,http://127.0.0.1:12379"
-    );
-    assert_eq!(env(&s, "ETCD_LISTEN_PEER_URLS"), "http://[fd00::11]:2380");
-}
-
-#[test]
-fn loopback_node_listens_once() {
-    let text = BASE
-        .replace("10.1.1.11", "127.0.0.1")
-        .replace(",etcd-2=http://10.1.1.12:2380", "");
-    let s = parse_text(&text).expect("valid single-member configuration");
-    assert_eq!(env(&s, "ETCD_LISTEN_CLIENT_URLS"), "http://127.0.0.1:2379");
 }
 
 #[test]
@@ -742,7 +683,6 @@ fn day_two_keys_are_checked_and_named() {
     let s = parse_text(BASE).unwrap();
     assert_eq!(s.data.quota_backend_bytes, 2 << 30);
     assert_eq!(s.data.prometheus_port, None);
-    assert_eq!(env(&s, "ETCD_QUOTA_BACKEND_BYTES"), "2147483648");
 }
 
 /// A FIFO (or a folder) at the configuration's path is refused at once, naming it: a

@@ -1,5 +1,5 @@
 //! The day-2 operation in progress on this node: `operation.json` in the live state
-//! folder, written by `upgrade`, `restore` and `leave` while they run and removed when
+//! folder, written by `upgrade`, `restore`, `leave` and `rotate-ca` while they run and removed when
 //! they end (`crate::day2::frame` removes it on every way out, a signal included). It
 //! names the command, its process (pid and start time), since when it runs, its step,
 //! and whether it has etcd down on purpose at the moment. `status` shows it, and a

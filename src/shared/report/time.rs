@@ -22,6 +22,16 @@ pub fn file_stamp(t: SystemTime) -> String {
     rfc3339(t).replace(['-', ':'], "")
 }
 
+/// `t` as a sortable file-name timestamp in UTC to the millisecond:
+/// `20261201T094500.123Z`.
+pub fn file_stamp_ms(t: SystemTime) -> String {
+    let ms = t
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_millis());
+    let s = file_stamp(t);
+    format!("{}.{ms:03}Z", s.trim_end_matches('Z'))
+}
+
 /// Year, month, day of the `days`-th day after 1970-01-01 (proleptic Gregorian), after
 /// Howard Hinnant's `civil_from_days`.
 fn civil_from_days(days: u64) -> (u64, u64, u64) {

@@ -1,5 +1,5 @@
 //! etcd.service, controlled: the one home of stopping, starting and confirming etcd, for
-//! `run`, `upgrade`, `restore` and `leave`.
+//! `run`, `upgrade`, `restore`, `rotate-ca` and `leave`.
 //!
 //! - **Stop** waits [`STOP_TIMEOUT`] for the stop job: systemd's own `TimeoutStopSec=`
 //!   default (90 s; the unit sets none) kills a stuck etcd before that, so the job ends
@@ -39,12 +39,12 @@
 //! it is [`Etcd`]; `restore --no-systemd` is [`ByCaller`]; host tests run etcd as a child.
 
 use crate::cluster::health::{self, Health};
+use crate::member::unit::{self, Membership, ETCD_UNIT};
 use crate::reason::{Failure, ReasonCode};
 use crate::shared::advisory::Version;
 use crate::shared::config::Settings;
 use crate::shared::report::atomic_write;
 use crate::shared::systemd::{self, JobResult, Systemd};
-use crate::shared::unit::{self, Membership, ETCD_UNIT};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};

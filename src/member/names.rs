@@ -36,7 +36,7 @@ pub struct SnapshotName {
 pub fn name_for(cluster: u64, member: &str, time: SystemTime, revision: i64) -> String {
     format!(
         "{PREFIX}{cluster:016x}-{member}-{}-rev{revision}{SUFFIX}",
-        crate::day2::stamp_ms(time)
+        crate::shared::report::file_stamp_ms(time)
     )
 }
 

@@ -39,9 +39,9 @@ struct Stored {
 }
 
 /// The cluster ID in the name of a file `etcd-setup snapshot` wrote, if it has one
-/// (the strict grammar of [`crate::day2::snapshot::names`]).
+/// (the strict grammar of [`crate::member::names`]).
 pub fn cluster_in_name(file: &Path) -> Option<Id> {
-    crate::day2::snapshot::names::parse(file.file_name()?.to_str()?)?
+    crate::member::names::parse(file.file_name()?.to_str()?)?
         .cluster
         .map(Id)
 }

@@ -2,8 +2,8 @@
 //! `etcdctl snapshot status|restore` on 3.4 (which has no etcdutl); and the SHA-256
 //! trailer etcd appends to every snapshot it streams, checked here without them.
 
-use crate::backup::s3::Digest256;
 use crate::reason::{Failure, ReasonCode};
+use crate::shared::digest::Digest256;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::io::Read;
@@ -444,6 +444,12 @@ fn restore_error(file: &Path, data_dir: &Path, said: &str) -> Failure {
     }
 }
 
+/// Whether a tool's error text says the disk is full (ENOSPC, EDQUOT as Go prints them).
+pub fn says_disk_full(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.contains("no space left on device") || t.contains("disk quota exceeded")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -669,7 +675,7 @@ mod tests {
     }
 
     const FIFO_ENV: &str = "ETCD_SETUP_TEST_TOOLS_FIFO";
-    const THIS_TEST: &str = "day2::tools::tests::the_child_dies_with_the_process_that_ran_it";
+    const THIS_TEST: &str = "member::tools::tests::the_child_dies_with_the_process_that_ran_it";
 
     /// This test binary, run again as the parent, runs a child through [`run`] that
     /// tells its pid through a FIFO and sleeps; the parent is killed outright, and the

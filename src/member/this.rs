@@ -1,5 +1,5 @@
 //! This member: its URLs, its metrics address and its tools, derived from [`Settings`] in
-//! one place. etcd's environment file ([`crate::shared::unit`]) advertises them, and every
+//! one place. etcd's environment file ([`crate::member::unit`]) advertises them, and every
 //! command that asks this member (`run`'s health check, `status`, the day-2 commands,
 //! joining and leaving through [`crate::cluster::lifecycle::Node`]) asks them.
 //!
@@ -7,6 +7,7 @@
 //! `shared/`, which may not reach up into the cluster client; the cluster's `Node` takes
 //! them from here and adds the clients.
 
+use crate::cluster::lifecycle::Node;
 use crate::shared::config::{scheme, url_host, Settings};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -92,6 +93,23 @@ impl ThisMember {
     }
 }
 
+impl Node {
+    /// The node that `settings` describe, with the etcdctl `run` installed.
+    pub fn from_settings(settings: &Settings) -> Node {
+        let member = ThisMember::of(settings);
+        Node {
+            name: settings.node_name.clone(),
+            peer_urls: vec![member.peer_url],
+            initial_cluster: settings.initial_cluster.clone(),
+            token: settings.cluster_token.clone(),
+            client_port: settings.client_port,
+            client_tls: settings.tls.client.clone(),
+            data_dir: settings.data_dir.clone(),
+            etcdctl: member.etcdctl,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +129,33 @@ mod tests {
         assert_eq!(m.metrics, "127.0.0.1:2381".parse().unwrap());
         assert_eq!(m.etcdctl, PathBuf::from("/opt/bin/etcdctl"));
         assert_eq!(m.snapshot_tool(), Path::new("/opt/bin/etcdctl"));
+    }
+}
+
+#[cfg(test)]
+mod node_tests {
+    use super::*;
+    use crate::cluster::etcd;
+
+    #[test]
+    fn the_node_of_the_documented_configuration() {
+        let s = crate::shared::config::parse(
+            crate::shared::config::EXAMPLE,
+            std::path::Path::new("example.toml"),
+        )
+        .expect("the example parses");
+        let n = Node::from_settings(&s);
+        assert_eq!(n.name, "etcd-1");
+        assert_eq!(n.peer_urls, ["https://10.1.1.11:2380"]);
+        assert_eq!(
+            n.peer_client_urls(),
+            ["https://10.1.1.12:2379", "https://10.1.1.13:2379"]
+        );
+        assert_eq!(n.etcdctl, PathBuf::from("/opt/bin/etcdctl"));
+        assert_eq!(n.client_tls, s.tls.client);
+        assert_eq!(
+            n.expected_cluster_id(),
+            etcd::cluster_id(&s.initial_cluster, "k8s-etcd-abc")
+        );
     }
 }

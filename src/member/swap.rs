@@ -143,7 +143,7 @@ fn check_writable_only_by_us(dir: &Path, what: &str, etcd_uid: Option<u32>) -> R
 
 /// The uid and gid of user etcd, if it exists.
 fn etcd_user() -> Option<(u32, u32)> {
-    nix::unistd::User::from_name(crate::shared::unit::ETCD_USER)
+    nix::unistd::User::from_name(crate::member::unit::ETCD_USER)
         .ok()
         .flatten()
         .map(|u| (u.uid.as_raw(), u.gid.as_raw()))
@@ -278,14 +278,18 @@ impl Place {
         }
         found.newest_aside = newest.map(|(_, p)| p);
         if !found.removed.is_empty() {
-            super::super::sync_dir(&self.parent)?;
+            super::sync_dir(&self.parent)?;
         }
         Ok(found)
     }
 
     /// A new private staging folder on the data dir's filesystem.
     pub fn stage(&self, now: SystemTime) -> Result<Staging, Failure> {
-        let token = format!("{}-{}", super::super::stamp_ms(now), std::process::id());
+        let token = format!(
+            "{}-{}",
+            crate::shared::report::file_stamp_ms(now),
+            std::process::id()
+        );
         let (home, prefix) = self.home();
         let dir = home.join(format!("{prefix}{RESTORING}{token}"));
         // mkdir is exclusive and follows no link at its name.
@@ -315,7 +319,7 @@ impl Place {
         match self.kind {
             Kind::Absent => {
                 rename(&new, &self.data_dir, String::new)?;
-                super::super::sync_dir(&self.parent)?;
+                super::sync_dir(&self.parent)?;
                 Ok(None)
             }
             Kind::Beside => {
@@ -339,7 +343,7 @@ impl Place {
                         ..f
                     });
                 }
-                super::super::sync_dir(&self.parent)?;
+                super::sync_dir(&self.parent)?;
                 Ok(Some(aside))
             }
             Kind::Mount => self.swap_inside(staging),
@@ -368,7 +372,7 @@ impl Place {
                     format!("; what was moved so far is in {}", aside.display())
                 })?;
             }
-            super::super::sync_dir(&aside)?;
+            super::sync_dir(&aside)?;
             Some(aside.clone())
         };
         kill_point("between-renames");
@@ -392,7 +396,7 @@ impl Place {
                 })
             })?;
         }
-        super::super::sync_dir(d)?;
+        super::sync_dir(d)?;
         Ok(moved_aside)
     }
 }

@@ -121,7 +121,7 @@ fn a_crash_after_the_flag_was_written_leaves_it_for_no_later_start() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "shared::service::tests::crash_child",
+            "member::service::tests::crash_child",
             "--nocapture",
         ])
         .env("ETCD_SETUP_TEST_CRASH_DIR", dir.path())

@@ -75,7 +75,7 @@ fn meta(buf: &[u8]) -> Option<(u64, u64, u64)> {
 impl Db {
     /// Opens `path` (a regular file, opened without blocking) and reads its meta.
     pub fn open(path: &Path) -> Result<Db, String> {
-        let file = super::super::tools::open_regular(path).map_err(|e| e.to_string())?;
+        let file = super::tools::open_regular(path).map_err(|e| e.to_string())?;
         let size = file.metadata().map_err(|e| e.to_string())?.len();
         let mut first = vec![0u8; 4096.min(size as usize)];
         file.read_exact_at(&mut first, 0)

@@ -4,7 +4,7 @@
 //! one file for every node, never rendered, so systemd has it loaded from boot and no
 //! start needs a daemon-reload. Everything that differs between nodes and releases is in
 //! the environment file, pure text rendered here from [`Settings`] ([`render_env_for`]);
-//! the controller (`crate::shared::service`) writes it atomically before every start, and
+//! the controller (`crate::member::service`) writes it atomically before every start, and
 //! points [`ETCD_LINK`], the unit's fixed `ExecStart=`, at `install.dir/etcd`.
 //!
 //! Rendering cannot fail: [`Settings`] is valid by construction, and every rule that
@@ -12,9 +12,9 @@
 //! path, no newline inside a value, no file where the sandbox hides it) is checked by
 //! `config`, before the run waits for anything.
 
+use crate::member::ThisMember;
 use crate::shared::advisory::Version;
 use crate::shared::config::{ClusterState, Settings, TlsFiles};
-use crate::shared::member::ThisMember;
 
 /// etcd's unit.
 pub const ETCD_UNIT: &str = "etcd.service";
@@ -24,7 +24,7 @@ pub const PACKAGED_UNIT_FILE: &str = "/lib/systemd/system/etcd.service";
 
 /// Where agents before the packaged unit rendered etcd.service. One found there (it
 /// overrides the package's) is moved aside once, with the one daemon-reload of that
-/// migration (`crate::shared::service`).
+/// migration (`crate::member::service`).
 pub const LEGACY_UNIT_FILE: &str = "/etc/systemd/system/etcd.service";
 
 /// The first line of a unit an older agent rendered at [`LEGACY_UNIT_FILE`]: only such a
@@ -41,15 +41,15 @@ pub const ENV_FILE: &str = "/etc/etcd-setup/etcd.env";
 
 /// One start's flags (`--force-new-cluster` for `restore`), in the live state folder
 /// (tmpfs, gone at reboot): the unit reads it with `EnvironmentFile=-` and removes it
-/// after that start (`crate::shared::service` explains the design).
+/// after that start (`crate::member::service` explains the design).
 pub const ONCE_ENV_FILE: &str = "/run/etcd-setup/etcd-once.env";
 
 /// The system user and group etcd runs as. The package creates them (sysusers.d).
 pub const ETCD_USER: &str = "etcd";
 
-/// The folders the unit's sandbox hides from etcd (`ProtectHome=`, `PrivateTmp=`): no
-/// data dir, binary or TLS file may lie below them. `config` enforces it.
-pub const HIDDEN_FROM_ETCD: [&str; 5] = ["/home", "/root", "/run/user", "/tmp", "/var/tmp"];
+/// The folders the unit's sandbox hides from etcd; `config` enforces them, so they live
+/// there (a test below holds them to the unit's text).
+pub use crate::shared::config::HIDDEN_FROM_ETCD;
 
 /// The packaged unit, as the package installs it.
 pub const UNIT_TEXT: &str = include_str!("../../packaging/etcd.service");
@@ -285,6 +285,103 @@ mod tests {
     use crate::shared::config;
     use std::path::Path;
     use std::process::Command;
+
+    /// The value etcd reads for `key` from the environment file rendered from `s`.
+    fn env(s: &Settings, key: &str) -> String {
+        let text = render_env(s, &Membership::configured(s));
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in\n{text}"));
+        line.trim_matches('"').to_string()
+    }
+
+    /// The smallest valid configuration file: only the required keys.
+    const BASE: &str = r#"
+[node]
+name = "etcd-1"
+ip = "10.1.1.11"
+
+[etcd]
+initial_cluster = "etcd-1=http://10.1.1.11:2380,etcd-2=http://10.1.1.12:2380"
+cluster_token = "tok"
+"#;
+
+    fn parse_text(text: &str) -> Settings {
+        config::parse(text, Path::new("/etc/etcd-setup/config.toml")).expect("a valid file")
+    }
+
+    #[test]
+    fn the_documented_example_renders_its_urls() {
+        let s = parse_text(config::EXAMPLE);
+        assert_eq!(
+            env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+            "https://10.1.1.11:2379,https://127.0.0.1:2379"
+        );
+        assert_eq!(
+            env(&s, "ETCD_ADVERTISE_CLIENT_URLS"),
+            "https://10.1.1.11:2379"
+        );
+        assert_eq!(env(&s, "ETCD_LISTEN_PEER_URLS"), "https://10.1.1.11:2380");
+        assert_eq!(
+            env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
+            "https://10.1.1.11:2380"
+        );
+        assert_eq!(
+            env(&s, "ETCD_LISTEN_METRICS_URLS"),
+            "http://127.0.0.1:2381,http://10.1.1.11:2382"
+        );
+        assert_eq!(
+        env(&s, "ETCD_INITIAL_CLUSTER"),
+        "etcd-1=https://10.1.1.11:2380,etcd-2=https://10.1.1.12:2380,etcd-3=https://10.1.1.13:2380"
+    );
+    }
+
+    #[test]
+    fn the_defaults_render_plain_http_urls_and_the_default_quota() {
+        let s = parse_text(BASE);
+        assert_eq!(
+            env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+            "http://10.1.1.11:2379,http://127.0.0.1:2379"
+        );
+        assert_eq!(
+            env(&s, "ETCD_ADVERTISE_CLIENT_URLS"),
+            "http://10.1.1.11:2379"
+        );
+        assert_eq!(
+            env(&s, "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
+            "http://10.1.1.11:2380"
+        );
+        assert_eq!(env(&s, "ETCD_QUOTA_BACKEND_BYTES"), "2147483648");
+    }
+
+    #[test]
+    fn ipv6_node_gets_bracketed_urls() {
+        let text = r#"
+[node]
+name = "etcd-1"
+ip = "fd00::11"
+[etcd]
+initial_cluster = "etcd-1=http://[fd00::11]:2380,etcd-2=http://[fd00::12]:2380"
+cluster_token = "tok"
+client_port = 12379
+"#;
+        let s = parse_text(text);
+        assert_eq!(
+            env(&s, "ETCD_LISTEN_CLIENT_URLS"),
+            "http://[fd00::11]:12379,http://127.0.0.1:12379"
+        );
+        assert_eq!(env(&s, "ETCD_LISTEN_PEER_URLS"), "http://[fd00::11]:2380");
+    }
+
+    #[test]
+    fn loopback_node_listens_once() {
+        let text = BASE
+            .replace("10.1.1.11", "127.0.0.1")
+            .replace(",etcd-2=http://10.1.1.12:2380", "");
+        let s = parse_text(&text);
+        assert_eq!(env(&s, "ETCD_LISTEN_CLIENT_URLS"), "http://127.0.0.1:2379");
+    }
 
     /// Three members, plain http, the defaults; `extra` is TOML merged in by table.
     fn parse_with(cluster: &str, extra: &str) -> Settings {
