@@ -67,7 +67,7 @@ pub enum ReasonCode {
     /// `upgrade`: the attached release is more than one minor version up, or another major.
     UpgradeTooFar,
     /// `upgrade`: a member runs a patch below the minimum etcd's guide names for the next
-    /// minor (3.5 → 3.6 needs every member on 3.5.26 or later first).
+    /// minor (3.5 → 3.6 needs every member on 3.5.32 or later first, 3.6 → 3.7 on 3.6.11).
     UpgradeBelowMinimum,
     /// `upgrade`: a two-member cluster loses its quorum while one member restarts.
     UpgradeTwoMembers,

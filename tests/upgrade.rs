@@ -467,7 +467,7 @@ fn a_3_6_release_over_a_3_5_16_cluster_is_refused_naming_every_member_and_the_mi
         "m1 runs 3.5.16",
         "m2 runs 3.5.16",
         "m3 runs 3.5.16",
-        "3.5.26 or later",
+        "3.5.32 or later",
     ] {
         assert!(f.message.contains(name), "{name}: {f}");
     }

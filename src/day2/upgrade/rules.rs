@@ -39,25 +39,35 @@ pub struct Minimum {
     pub source: &'static str,
 }
 
-/// The minimum patches, one row per minor step that has one.
+/// The minimum patches, one row per minor step that has one, as etcd's upgrade guides
+/// state them now (etcd's website repository, `content/en/docs/v3.6/upgrades/upgrade_3_6.md`
+/// and `content/en/docs/v3.7/upgrades/upgrade_3_7.md`, read in December 2026).
 ///
-/// 3.5 → 3.6: etcd's upgrade guide (etcd.io/docs/latest/upgrades/upgrade_3_6, "Update
-/// 3.5") has raised the minimum over time: 3.5.20 first (the "too many learner member"
-/// failure, etcd-io/etcd#19557, fixed by #19563; etcd's blog "How to Prevent a Common
-/// Failure when Upgrading etcd v3.5 to v3.6"), then 3.5.26 ("make sure that all of your
-/// 3.5 members are updated to 3.5.26 or later. Patch releases 3.5.24 through 3.5.26 fix
-/// several potential upgrade blockers"; etcd's blog "zombie members" of December 2025:
-/// "if v3.5.26 is not available from your packaging source or vendor, you should delay
-/// upgrading to v3.6"). A k3s discussion (k3s-io/k3s discussions 14908, 2026) reports a
-/// later guide asking for 3.5.32; no etcd text stating that could be read here, so the
-/// row follows the newest statement of etcd's own that could: raise it here when etcd does.
-pub const MINIMUMS: &[Minimum] = &[Minimum {
-    from: (3, 5),
-    to: (3, 6),
-    at_least: Version::new(3, 5, 26),
-    source:
-        "etcd's 3.5 -> 3.6 upgrade guide (etcd.io/docs/latest/upgrades/upgrade_3_6, \"Update 3.5\")",
-}];
+/// 3.5 → 3.6: "make sure that all of your 3.5 members are updated to 3.5.32 or later.
+/// Patch releases 3.5.24 through 3.5.32 fix several potential upgrade blockers including
+/// `--v2-deprecation=write-only-skip-check` and `etcdutl check v2store` to inspect WAL
+/// records as well as the v2 snapshot." The floor rose over time: 3.5.20 first (the "too
+/// many learner member" failure, etcd-io/etcd#19557), then 3.5.26 (zombie members), then
+/// 3.5.32 (3.5.30's `etcdutl check v2store` misses v2 content only in the WAL, which 3.6
+/// then refuses at start: "detected disallowed v2 WAL").
+///
+/// 3.6 → 3.7: "make sure that all of your 3.6 members are updated to 3.6.11 or later.
+/// Earlier 3.6 patch releases may not be compatible with a rolling upgrade to 3.7."
+pub const MINIMUMS: &[Minimum] = &[
+    Minimum {
+        from: (3, 5),
+        to: (3, 6),
+        at_least: Version::new(3, 5, 32),
+        source:
+            "etcd's 3.5 -> 3.6 upgrade guide (etcd.io/docs/v3.6/upgrades/upgrade_3_6, \"Update 3.5\")",
+    },
+    Minimum {
+        from: (3, 6),
+        to: (3, 7),
+        at_least: Version::new(3, 6, 11),
+        source: "etcd's 3.6 -> 3.7 upgrade guide (etcd.io/docs/v3.7/upgrades/upgrade_3_7)",
+    },
+];
 
 /// The minimum `installed` → `new` needs, if the step has one.
 pub fn minimum_for(installed: Version, new: Version) -> Option<&'static Minimum> {
@@ -331,7 +341,12 @@ mod tests {
 
     #[test]
     fn rule_one_minor_at_a_time() {
-        assert_eq!(versions(v("3.5.26"), v("3.6.5")).unwrap(), Step::Upgrade);
+        assert_eq!(versions(v("3.5.32"), v("3.6.5")).unwrap(), Step::Upgrade);
+        assert_eq!(versions(v("3.6.16"), v("3.7.3")).unwrap(), Step::Upgrade);
+        assert_eq!(
+            versions(v("3.5.33"), v("3.7.3")).unwrap_err().code,
+            ReasonCode::UpgradeTooFar
+        );
         assert_eq!(
             versions(v("3.4.23"), v("3.6.5")).unwrap_err().code,
             ReasonCode::UpgradeTooFar
@@ -340,7 +355,7 @@ mod tests {
 
     #[test]
     fn rule_3_5_to_3_6_needs_every_member_on_the_minimum_patch() {
-        let (min, new) = (v("3.5.26"), v("3.6.5"));
+        let (min, new) = (v("3.5.32"), v("3.6.5"));
         assert_eq!(minimum_for(v("3.5.16"), new).unwrap().at_least, min);
         assert!(
             minimum_for(v("3.4.23"), v("3.5.16")).is_none(),
@@ -362,7 +377,7 @@ mod tests {
             "a runs 3.5.16",
             "b runs 3.5.16",
             "c runs 3.5.16",
-            "3.5.26 or later",
+            "3.5.32 or later",
         ] {
             assert!(f.message.contains(s), "{s}: {f}");
         }
@@ -376,14 +391,15 @@ mod tests {
         ms[1].version = Some(new);
         cluster(&ms, min, new).unwrap();
         for m in &mut ms {
-            m.version = Some(v("3.5.30"));
+            m.version = Some(v("3.5.33"));
         }
-        cluster(&ms, v("3.5.30"), new).unwrap();
-        // One member just below, the others over: that one alone is named.
-        ms[2].version = Some(v("3.5.25"));
-        let f = minimum(&ms, v("3.5.30"), new).unwrap_err();
+        cluster(&ms, v("3.5.33"), new).unwrap();
+        // One member just below, the others over: that one alone is named. Debian's
+        // 3.5.30 was let through while the floor was 3.5.26.
+        ms[2].version = Some(v("3.5.30"));
+        let f = minimum(&ms, v("3.5.33"), new).unwrap_err();
         assert_eq!(f.code, ReasonCode::UpgradeBelowMinimum);
-        assert!(f.message.contains("c runs 3.5.25"), "{f}");
+        assert!(f.message.contains("c runs 3.5.30"), "{f}");
         assert!(!f.message.contains("a runs"), "{f}");
         // The rule is the 3.5 -> 3.6 step's: 3.4 -> 3.5 and patch steps pass it.
         minimum(
@@ -393,6 +409,34 @@ mod tests {
         )
         .unwrap();
         minimum(&[member("a", "3.5.1", true, true)], v("3.5.1"), v("3.5.30")).unwrap();
+    }
+
+    #[test]
+    fn rule_3_6_to_3_7_needs_every_member_on_3_6_11() {
+        let new = v("3.7.3");
+        assert_eq!(minimum_for(v("3.6.5"), new).unwrap().at_least, v("3.6.11"));
+        let mut ms = vec![
+            member("a", "3.6.10", true, true),
+            member("b", "3.6.10", false, false),
+            member("c", "3.6.10", false, false),
+        ];
+        let f = cluster(&ms, v("3.6.10"), new).unwrap_err();
+        assert_eq!(f.code, ReasonCode::UpgradeBelowMinimum);
+        for s in [
+            "b runs 3.6.10",
+            "3.6.11 or later",
+            "upgrade_3_7",
+            "newest 3.6 patch",
+        ] {
+            assert!(f.message.contains(s), "{s}: {f}");
+        }
+        // The floor itself and later: allowed.
+        for m in &mut ms {
+            m.version = Some(v("3.6.11"));
+        }
+        cluster(&ms, v("3.6.11"), new).unwrap();
+        ms[0].version = Some(new);
+        cluster(&ms, v("3.6.11"), new).unwrap();
     }
 
     #[test]
