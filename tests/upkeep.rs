@@ -775,6 +775,117 @@ fn corruption_check_variables_start_every_release() {
     }
 }
 
+/// The releases a Kubernetes ISO carries today, built from etcd's own modules: the
+/// release read from the installed binary (`etcd --version`, what a start whose caller
+/// does not know it asks), the variables rendered for it, and etcd started with them has
+/// both corruption checks on and calls no variable unrecognized. 3.7 only logs the 3.5
+/// spelling (`ETCD_EXPERIMENTAL_*`) as unrecognized and runs without either check, and 3.6
+/// refuses both spellings at once, so each release must get its own.
+#[test]
+fn each_release_gets_corruption_checks_it_honours_3_5_33_3_6_16_3_7_3() {
+    for version in ["3.5.33", "3.6.16", "3.7.3"] {
+        let bin = support::etcd::release(version).join("etcd");
+        let release = etcd_setup::member::service::installed_release(&bin);
+        assert_eq!(
+            release.map(|v| v.to_string()).as_deref(),
+            Some(version),
+            "{}",
+            bin.display()
+        );
+        let flags = etcd_setup::member::unit::release_flags(release);
+        let dir = scratch();
+        let bound = [(); 2].map(|()| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let [cp, pp] = bound.each_ref().map(|l| l.local_addr().unwrap().port());
+        drop(bound);
+        let client = format!("http://127.0.0.1:{cp}");
+        let mut cmd = Command::new(&bin);
+        cmd.env_clear()
+            .env("ETCD_DATA_DIR", dir.path().join("d"))
+            .env("ETCD_LISTEN_CLIENT_URLS", &client)
+            .env("ETCD_ADVERTISE_CLIENT_URLS", &client)
+            .env("ETCD_LISTEN_PEER_URLS", format!("http://127.0.0.1:{pp}"))
+            .env(
+                "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+                format!("http://127.0.0.1:{pp}"),
+            )
+            .env(
+                "ETCD_INITIAL_CLUSTER",
+                format!("default=http://127.0.0.1:{pp}"),
+            );
+        for (key, value) in flags {
+            cmd.env(key, value);
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut lines = Vec::new();
+            for l in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let ready = l.contains("serving client") || l.contains("ready to serve client");
+                lines.push(l);
+                if ready {
+                    let _ = tx.send(lines.clone());
+                }
+            }
+            let _ = tx.send(lines);
+        });
+        let lines = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        let log = lines.join("\n");
+        let metrics = if log.contains("serving client") || log.contains("ready to serve client") {
+            let addr: std::net::SocketAddr = format!("127.0.0.1:{cp}").parse().unwrap();
+            let reader = etcd_setup::cluster::health::get_metrics(addr, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{version}: /metrics: {e}"));
+            use std::io::BufRead;
+            reader
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
+                .join("\n")
+        } else {
+            String::new()
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            !metrics.is_empty(),
+            "{version} did not start with {flags:?}:\n{log}"
+        );
+        assert!(
+            !log.contains("unrecognized environment variable"),
+            "{version} with {flags:?}:\n{log}"
+        );
+        if version.starts_with("3.5.") {
+            for field in [
+                "\"initial-corrupt-check\":true",
+                "\"compact-check-time-enabled\":true",
+            ] {
+                assert!(
+                    log.contains(field),
+                    "{version}: no {field} with {flags:?}:\n{log}"
+                );
+            }
+        } else {
+            for gate in ["InitialCorruptCheck", "CompactHashCheck"] {
+                let on = metrics.lines().any(|l| {
+                    l.starts_with("etcd_server_feature_enabled{")
+                        && l.contains(&format!("name=\"{gate}\""))
+                        && l.ends_with(" 1")
+                });
+                assert!(on, "{version}: feature gate {gate} not on with {flags:?}");
+            }
+        }
+        println!("etcd {version} (read from the binary): {flags:?}: both corruption checks on, no variable unrecognized");
+    }
+}
+
 /// `snapshot.prune = "move-aside"` keeps the pruned snapshot in `pruned/`; a copied
 /// `member/snap/db` (no SHA-256 trailer) is refused by restore, and restored with
 /// `--skip-hash-check`.

@@ -232,7 +232,9 @@ pub fn prepare_for(
             .and_then(Membership::from_env)
             .unwrap_or_else(|| Membership::configured(settings)),
     };
-    let release = release.or_else(|| current.as_deref().and_then(unit::release_of_env));
+    let release = release
+        .or_else(|| current.as_deref().and_then(unit::release_of_env))
+        .or_else(|| installed_release(&settings.install_dir.join("etcd")));
     write_root_file(
         &files.env,
         &unit::render_env_for(settings, &membership, release),
@@ -616,3 +618,48 @@ pub mod refusal;
 
 #[cfg(test)]
 mod tests;
+
+/// The release of the etcd binary at `etcd` (`etcd --version`, bounded), for a start whose
+/// caller does not know it and whose environment file does not say (one written before
+/// the file named its release). Unknown, the environment would be rendered with 3.5's
+/// `ETCD_EXPERIMENTAL_*` corruption checks, which 3.7 only logs as unrecognized and then
+/// runs without either check.
+pub fn installed_release(etcd: &Path) -> Option<Version> {
+    let mut cmd = std::process::Command::new(etcd);
+    cmd.arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out =
+        crate::cluster::etcd::command::run(cmd, Duration::from_secs(10), "etcd --version", &[])
+            .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    release_in_version_output(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The release `etcd --version` names (`etcd Version: 3.6.16`).
+fn release_in_version_output(text: &str) -> Option<Version> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("etcd Version:"))
+        .and_then(|v| Version::parse(v.trim()))
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::*;
+
+    #[test]
+    fn the_release_is_read_from_etcd_version_output() {
+        let out = "etcd Version: 3.7.3\nGit SHA: module-build\nGo Version: go1.26.8\nGo OS/Arch: linux/amd64\n";
+        assert_eq!(release_in_version_output(out), Some(Version::new(3, 7, 3)));
+        assert_eq!(release_in_version_output("etcdctl version: 3.5.1\n"), None);
+        assert_eq!(release_in_version_output(""), None);
+    }
+
+    #[test]
+    fn an_etcd_that_cannot_run_has_no_release() {
+        assert_eq!(installed_release(Path::new("/nonexistent/etcd")), None);
+    }
+}
