@@ -1,6 +1,8 @@
 //! `etcd_setup::day2::upgrade` against real etcd on loopback: three members of Debian's 3.4.23
 //! upgraded to 3.5.16 by three threads at once go one at a time through the lock in etcd,
-//! the leader last, and end on cluster version 3.5 with their keys; a release whose `etcd`
+//! the leader last, and end on cluster version 3.5 with their keys; three of 3.5.33 go the
+//! same way to 3.6.16, and to 3.7.3 once 3.6 has snapshotted (real builds of etcd's Go
+//! modules; 3.7.3 panics on 3.5's WAL entries and is rolled back); a release whose `etcd`
 //! exits at once is rolled back to the old binaries, which run healthy; a two-member
 //! cluster is refused. etcd is a child process here (the [`Service`] the node's systemd
 //! is on a VM); everything else is the code `etcd-setup upgrade` runs.
@@ -24,6 +26,8 @@ const WAIT: Duration = Duration::from_secs(60);
 struct ChildEtcd {
     install: PathBuf,
     args: Vec<String>,
+    /// Flags added to the next starts (the test's own, not the agent's).
+    extra: Mutex<Vec<String>>,
     log: PathBuf,
     child: Mutex<Option<Child>>,
 }
@@ -49,6 +53,7 @@ impl ChildEtcd {
         ChildEtcd {
             install: install.to_path_buf(),
             args,
+            extra: Mutex::new(Vec::new()),
             log: install.with_extension("log"),
             child: Mutex::new(None),
         }
@@ -77,6 +82,7 @@ impl Service for ChildEtcd {
         let mut cmd = Command::new(self.install.join("etcd"));
         cmd.env_clear()
             .args(&self.args)
+            .args(self.extra.lock().unwrap().iter())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -192,13 +198,128 @@ fn three_members_started_at_once_upgrade_one_at_a_time_the_leader_last_to_3_5() 
         client.put(&format!("/k{k}"), &format!("v{k}")).unwrap();
     }
     let tarball = support::inputs::isos().join("etcd-v3.5.16-linux-amd64.tar.gz");
-    let (old, new) = (v("3.4.23"), v("3.5.16"));
+    let t0 = Instant::now();
+    roll(&c, &nodes, &tarball, v("3.4.23"), v("3.5.16"));
+    let cluster = cluster_version_reaches(&c, "3.5");
+    keys_and_voters(&nodes, &c, 20);
+    println!(
+        "[upgrade] rolling upgrade of 3 members: {:.1} s, cluster version {cluster}",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// Real releases built from etcd's Go modules, the road etcd's guides give: every
+/// member on the newest 3.5 patch (3.5.33, over the 3.5.32 floor), then 3.6.16 (over
+/// 3.7's 3.6.11 floor), one member at a time, the leader last; the cluster version
+/// follows and the keys are read back through the new etcdctl.
+///
+/// Then what the guides do not say: etcd 3.7.3 panics ("unmarshal should never fail")
+/// replaying a WAL entry written by 3.5, and a member upgraded from 3.5 keeps such
+/// entries until 3.6 takes its first raft snapshot (every 10,000 applied entries by
+/// default). The swap rolls that member back: 3.6.16 runs healthy again, nothing lost.
+/// Once each 3.6 member has snapshotted (one start with `--snapshot-count=1`, the remedy
+/// etcd's 3.6 guide gives for old v2store data), 3.7.3 comes up on all three.
+#[test]
+fn three_members_go_3_5_33_to_3_6_16_and_to_3_7_3_once_3_6_has_snapshotted() {
+    let mut c = Cluster::start("3.5.33", 3, "upg-road");
+    let nodes = adopt(&mut c, "3.5.33");
+    let client = c.client();
+    for k in 0..20 {
+        client.put(&format!("/k{k}"), &format!("v{k}")).unwrap();
+    }
+    let (v35, v36, v37) = (v("3.5.33"), v("3.6.16"), v("3.7.3"));
+    let step = Instant::now();
+    roll(&c, &nodes, &release_tarball(c.dir(), "3.6.16"), v35, v36);
+    let cluster = cluster_version_reaches(&c, "3.6");
+    keys_and_voters(&nodes, &c, 20);
+    println!(
+        "[upgrade] 3.5.33 -> 3.6.16 on 3 members: {:.1} s, cluster version {cluster}",
+        step.elapsed().as_secs_f64()
+    );
+
+    // 3.7.3 over a follower whose WAL still holds 3.5's entries: rolled back.
+    let tarball = release_tarball(c.dir(), "3.7.3");
+    let i = (0..3)
+        .find(|&i| {
+            let n = node(&c, i, &nodes[i].0);
+            let view = upgrade::survey(&n.client(c.client_urls()), &n).unwrap();
+            !view.iter().any(|m| m.is_self && m.is_leader)
+        })
+        .unwrap();
+    let (install, svc) = &nodes[i];
+    let f = upgrade::swap(
+        svc,
+        &staged(&tarball, install),
+        install,
+        c.client_addr(i),
+        v37,
+        v36,
+        Duration::from_secs(20),
+        &mut |_| {},
+    )
+    .unwrap_err();
+    assert_eq!(f.code, ReasonCode::UpgradeRolledBack, "{f}");
+    let log = std::fs::read_to_string(&svc.log).unwrap();
+    assert!(log.contains("unmarshal should never fail"), "{f}");
+    assert_eq!(
+        health::server_version(c.client_addr(i), Duration::from_secs(3)).unwrap(),
+        "3.6.16"
+    );
+    keys_and_voters(&nodes, &c, 20);
+    println!("[upgrade] 3.7.3 over m{}'s 3.5 entries: {f}", i + 1);
+
+    // Each 3.6 member started once with --snapshot-count=1 snapshots at its next applied
+    // entry; then started as before.
+    for (_, svc) in &nodes {
+        svc.stop().unwrap();
+        *svc.extra.lock().unwrap() = vec!["--snapshot-count=1".into()];
+        svc.start().unwrap();
+    }
+    for i in 0..3 {
+        upgrade::confirm(c.client_addr(i), v36, WAIT).unwrap();
+    }
+    client.put("/after-snapshot", "x").unwrap();
+    client.put("/after-snapshot", "y").unwrap();
+    for (i, (_, svc)) in nodes.iter().enumerate() {
+        let snap = c.members[i].data_dir.join("member/snap");
+        let end = Instant::now() + WAIT;
+        while !std::fs::read_dir(&snap)
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".snap"))
+        {
+            assert!(
+                Instant::now() < end,
+                "no raft snapshot in {}",
+                snap.display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        svc.stop().unwrap();
+        svc.extra.lock().unwrap().clear();
+        svc.start().unwrap();
+        upgrade::confirm(c.client_addr(i), v36, WAIT).unwrap();
+    }
+    let step = Instant::now();
+    roll(&c, &nodes, &tarball, v36, v37);
+    let cluster = cluster_version_reaches(&c, "3.7");
+    keys_and_voters(&nodes, &c, 20);
+    println!(
+        "[upgrade] 3.6.16 -> 3.7.3 on 3 members after a 3.6 snapshot: {:.1} s, cluster version {cluster}",
+        step.elapsed().as_secs_f64()
+    );
+}
+
+/// Every member of `nodes` upgraded from `old` to the release in `tarball` by one thread
+/// each, all at once, through `take_turn` and `swap`: the turns never overlap and the
+/// leader goes when the others run `new`. Each member then serves `new`, its old
+/// binaries kept beside.
+fn roll(c: &Cluster, nodes: &[(PathBuf, ChildEtcd)], tarball: &Path, old: Version, new: Version) {
     let t0 = Instant::now();
     // (name, turn began, turn ended, led when it began, others all on new then, downtime)
     let turns = Arc::new(Mutex::new(Vec::new()));
     std::thread::scope(|s| {
         for (i, (install, svc)) in nodes.iter().enumerate() {
-            let (c, turns, tarball) = (&c, Arc::clone(&turns), &tarball);
+            let turns = Arc::clone(&turns);
             s.spawn(move || {
                 let node = node(c, i, install);
                 let client = node.client(c.client_urls());
@@ -241,7 +362,23 @@ fn three_members_started_at_once_upgrade_one_at_a_time_the_leader_last_to_3_5() 
                     WAIT,
                     &mut |_| {},
                 )
-                .unwrap_or_else(|f| panic!("{}: {f}", node.name));
+                .unwrap_or_else(|f| {
+                    let log = std::fs::read_to_string(&svc.log).unwrap_or_default();
+                    let tail: Vec<&str> = log
+                        .lines()
+                        .rev()
+                        .filter(|l| {
+                            l.contains("\"level\":\"") && !l.contains("\"level\":\"info\"")
+                                || l.starts_with("panic")
+                        })
+                        .take(8)
+                        .collect();
+                    panic!(
+                        "{}: {f}\n--- its etcd's log beyond info, newest first:\n{}",
+                        node.name,
+                        tail.join("\n")
+                    )
+                });
                 let downtime = down.elapsed();
                 eprintln!("[upgrade] {} done at {:?}", node.name, t0.elapsed());
                 let ended = t0.elapsed();
@@ -277,27 +414,36 @@ fn three_members_started_at_once_upgrade_one_at_a_time_the_leader_last_to_3_5() 
     }
     for (i, (install, _)) in nodes.iter().enumerate() {
         let got = health::server_version(c.client_addr(i), Duration::from_secs(3)).unwrap();
-        assert_eq!(got, "3.5.16");
+        assert_eq!(got, new.to_string());
         assert!(beside::previous_dir(install).join("etcd").is_file());
     }
-    let new_client =
-        etcd_setup::cluster::etcd::Client::new(nodes[0].0.join("etcdctl"), c.client_urls(), None);
-    // The cluster version moves to 3.5 once every member runs it (etcd decides it a
-    // moment later, and a member just restarted publishes no etcd_cluster_version line
-    // until it has one): awaited by asking, bounded.
+}
+
+/// Waits, bounded, for the cluster version etcd decides once every member runs the new
+/// release (a member just restarted publishes no etcd_cluster_version line until it has
+/// one), and says it.
+fn cluster_version_reaches(c: &Cluster, minor: &str) -> String {
     let end = Instant::now() + WAIT;
     let cluster = loop {
         let cv = health::cluster_version(c.client_addr(0), Duration::from_secs(3));
         match cv {
-            Ok(cv) if cv.starts_with("3.5") => break cv,
+            Ok(cv) if cv.starts_with(minor) => break cv,
             Ok(cv) if Instant::now() > end => break cv,
             Err(e) if Instant::now() > end => panic!("no cluster version within {WAIT:?}: {e}"),
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(cluster.starts_with("3.5"), "cluster version {cluster}");
-    for k in 0..20 {
+    assert!(cluster.starts_with(minor), "cluster version {cluster}");
+    cluster
+}
+
+/// The `n` keys written before the upgrade read back through the first member's new
+/// etcdctl, and three voters.
+fn keys_and_voters(nodes: &[(PathBuf, ChildEtcd)], c: &Cluster, n: usize) {
+    let new_client =
+        etcd_setup::cluster::etcd::Client::new(nodes[0].0.join("etcdctl"), c.client_urls(), None);
+    for k in 0..n {
         assert_eq!(
             new_client.get(&format!("/k{k}")).unwrap().as_deref(),
             Some(format!("v{k}").as_bytes())
@@ -305,10 +451,30 @@ fn three_members_started_at_once_upgrade_one_at_a_time_the_leader_last_to_3_5() 
     }
     let list = new_client.member_list().unwrap();
     assert_eq!(list.voters().count(), 3);
-    println!(
-        "[upgrade] rolling upgrade of 3 members: {:.1} s, cluster version {cluster}",
-        t0.elapsed().as_secs_f64()
-    );
+}
+
+/// The release folder of `version` (tests/inputs/fetch-etcd's build) packed as the
+/// release tarball an ISO carries.
+fn release_tarball(dir: &Path, version: &str) -> PathBuf {
+    let name = format!("etcd-v{version}-linux-amd64");
+    let pack = dir.join(format!("pack-{version}"));
+    install_from(&support::etcd::release(version), &pack.join(&name));
+    std::fs::copy(
+        support::etcd::release(version).join("README.md"),
+        pack.join(&name).join("README.md"),
+    )
+    .unwrap();
+    let out = dir.join(format!("{name}.tar.gz"));
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&pack)
+        .args(["--owner=0", "--group=0", "--numeric-owner", "-czf"])
+        .arg(&out)
+        .arg(&name)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    out
 }
 
 /// A 3.5.30 layout whose `etcd` is a real ELF that exits at once (`false`).
@@ -447,8 +613,8 @@ fn stub_3_6(dir: &Path, install: &Path) -> (Extracted, Version) {
 
 #[test]
 fn a_3_6_release_over_a_3_5_16_cluster_is_refused_naming_every_member_and_the_minimum() {
-    // No etcd 3.6 build can be fetched here: the 3.6 release is a stub whose `etcd` never
-    // runs; the refusal comes before anything is stopped.
+    // The 3.6 release is a stub whose `etcd` never runs: the refusal comes before anything
+    // is stopped.
     let c = Cluster::start("3.5.16", 3, "upg-min");
     let n = node(&c, 0, &c.bin);
     let install = c.dir().join("opt-stub");
@@ -499,16 +665,16 @@ fn a_3_6_release_over_a_3_5_16_cluster_is_refused_naming_every_member_and_the_mi
 }
 
 #[test]
-fn a_3_6_release_over_a_3_5_30_member_passes_the_minimum_and_the_stub_is_rolled_back() {
-    // 3.5.30 (Debian's newest here) is over the minimum: the rules let it through, the
-    // road runs to the swap, and the stub 3.6 `etcd`, which cannot run, is rolled back.
-    // That a real 3.6 comes up is not shown: no 3.6 build can be fetched here.
-    let mut c = Cluster::start("3.5.30", 1, "upg-min-ok");
-    let nodes = adopt(&mut c, "3.5.30");
+fn a_3_6_stub_over_a_3_5_33_member_passes_the_minimum_and_is_rolled_back() {
+    // 3.5.33 is over the 3.5.32 floor: the rules let it through, the road runs to the
+    // swap, and the stub 3.6 `etcd`, which cannot run, is rolled back to the real 3.5.33.
+    // (That a real 3.6 comes up: three_members_go_3_5_33_to_3_6_16_to_3_7_3_….)
+    let mut c = Cluster::start("3.5.33", 1, "upg-min-ok");
+    let nodes = adopt(&mut c, "3.5.33");
     let (install, svc) = &nodes[0];
     let n = node(&c, 0, install);
     let (release, new) = stub_3_6(c.dir(), install);
-    let installed = v("3.5.30");
+    let installed = v("3.5.33");
     let client = n.client(c.client_urls());
     let view = upgrade::survey(&client, &n).unwrap();
     rules::cluster(&view, installed, new).unwrap();
@@ -533,10 +699,10 @@ fn a_3_6_release_over_a_3_5_30_member_passes_the_minimum_and_the_stub_is_rolled_
     assert!(f.message.contains("etcd 3.6.5 did not come up"), "{f}");
     assert_eq!(
         health::server_version(c.client_addr(0), Duration::from_secs(3)).unwrap(),
-        "3.5.30"
+        "3.5.33"
     );
     // Each start was told the release it runs, so etcd's environment fits it: the stub
-    // 3.6 with 3.6's feature gates, the 3.5.30 put back with 3.5's flags.
+    // 3.6 with 3.6's feature gates, the 3.5.33 put back with 3.5's flags.
     let seen = told.seen.lock().unwrap().clone();
     assert_eq!(
         seen,
@@ -545,7 +711,7 @@ fn a_3_6_release_over_a_3_5_30_member_passes_the_minimum_and_the_stub_is_rolled_
             "release 3.6.5",
             "start",
             "stop",
-            "release 3.5.30",
+            "release 3.5.33",
             "start"
         ],
         "{seen:?}"

@@ -547,13 +547,15 @@ fn a_member_without_a_leader_between_defragmentations_is_waited_for() {
     println!("maintain: exit {:?}\n{so}\n{se}", out.status.code());
     assert!(frozen, "{so}");
     assert_eq!(out.status.code(), Some(0), "{so}\n{se}");
-    // etcd lists its members through raft: the list itself is what fails first.
+    // Whichever read meets the election first (the member list, which etcd serves
+    // through raft, or the member's own status when the list was answered just before
+    // the freeze took hold), it is waited for with the reason said, not reported.
     assert!(
         so.lines()
-            .any(|l| l.starts_with("cannot list the members: ")
-                && l.contains("this member has no leader; an election is under way: asking again")),
+            .any(|l| l.contains("no leader; an election is under way: asking again")),
         "{so}"
     );
+    assert!(!so.contains("cluster-unhealthy"), "{so}");
     let mut names: Vec<String> = defrags(&so).into_iter().map(|d| d.name).collect();
     names.sort();
     assert_eq!(names, ["m1", "m2", "m3"], "{so}");

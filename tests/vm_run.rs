@@ -922,11 +922,40 @@ fn i_upgrading_the_package_on_a_running_node_leaves_etcd_and_its_state_alone(vm:
 
     // purge: etcd-setup's state goes too (the link the package's etcd.service started
     // included: that unit went with the package); etcd's data dir and binaries stay.
+    // The snapshots are the cluster's backups: a purge keeps them (a's node has been up
+    // long enough for the snapshot timer to have run), and nothing else of ours.
+    let state_before = root(vm, "find /var/lib/etcd-setup -mindepth 1 | sort");
     root(vm, "dpkg --purge etcd-setup >/dev/null 2>&1");
     assert_eq!(
-        root(vm, "ls -d /var/lib/etcd-setup /run/etcd-setup /home/cloud/etcd-setup-failed 2>/dev/null || true"),
+        root(
+            vm,
+            "ls -d /run/etcd-setup /home/cloud/etcd-setup-failed 2>/dev/null || true"
+        ),
         ""
     );
+    let kept = root(
+        vm,
+        "find /var/lib/etcd-setup -mindepth 1 2>/dev/null | sort",
+    );
+    let snapshots: Vec<&str> = state_before
+        .lines()
+        .filter(|l| l.starts_with("/var/lib/etcd-setup/snapshots/"))
+        .collect();
+    if snapshots.is_empty() {
+        assert_eq!(
+            root(vm, "ls -d /var/lib/etcd-setup 2>/dev/null || true"),
+            "",
+            "purge left the state folder; it held:\n{state_before}"
+        );
+    } else {
+        let mut want = vec!["/var/lib/etcd-setup/snapshots"];
+        want.extend(snapshots);
+        assert_eq!(
+            kept.lines().collect::<Vec<_>>(),
+            want,
+            "purge keeps the snapshots and nothing else; before it:\n{state_before}"
+        );
+    }
     assert_eq!(
         root(vm, "test -d /var/lib/etcd/member && test -x /opt/bin/etcd && ! test -e /lib/systemd/system/etcd.service && echo kept"),
         "kept\n"
@@ -938,7 +967,7 @@ fn i_upgrading_the_package_on_a_running_node_leaves_etcd_and_its_state_alone(vm:
     verdict(
         "i: dpkg -r, then --purge",
         0.0,
-        "no file of the package or its state left; etcd and its data dir untouched",
+        "no file of the package or its state left but the snapshots; etcd and its data dir untouched",
     );
 }
 
