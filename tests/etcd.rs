@@ -229,6 +229,9 @@ fn lock(version: &str) {
         "{}",
         held.key()
     );
+    // The keys under the lock's prefix, as rotate-ca counts those waiting: the holder's.
+    assert_eq!(client.count_prefix("/etcd-setup/lock/test/").unwrap(), 1);
+    assert_eq!(client.count_prefix("/etcd-setup/lock/none/").unwrap(), 0);
     let e = client
         .lock(
             "/etcd-setup/lock/test",
@@ -362,6 +365,26 @@ fn cluster_lock_on_3_4_23() {
 #[test]
 fn cluster_lock_on_3_5_16() {
     lock("3.5.16");
+}
+
+#[test]
+fn cluster_lock_on_3_6_16() {
+    lock("3.6.16");
+}
+
+#[test]
+fn cluster_lock_on_3_7_3() {
+    lock("3.7.3");
+}
+
+#[test]
+fn membership_round_trip_on_3_6_16() {
+    membership_round_trip("3.6.16");
+}
+
+#[test]
+fn membership_round_trip_on_3_7_3() {
+    membership_round_trip("3.7.3");
 }
 
 /// The member list, status and alarms of one member, through the JSON gateway (plain

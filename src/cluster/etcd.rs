@@ -447,10 +447,15 @@ impl Client {
             .map(|kv| kv.value))
     }
 
-    /// `get --prefix --count-only PREFIX`: how many keys begin with `prefix`.
+    /// How many keys begin with `prefix`: the range's `count`, which etcd gives for the
+    /// whole range whatever the limit (`get --prefix --keys-only --limit=1`; 3.6's
+    /// etcdctl refuses `--count-only` with JSON output).
     pub fn count_prefix(&self, prefix: &str) -> Result<u64, EtcdError> {
         let what = format!("get --prefix {prefix}");
-        let out = self.call(&what, &["get", "--prefix", "--count-only", "--", prefix])?;
+        let out = self.call(
+            &what,
+            &["get", "--prefix", "--keys-only", "--limit=1", "--", prefix],
+        )?;
         // etcd's JSON leaves the count out when it is 0.
         self.parsed(&what, &out, |b| {
             serde_json::from_slice::<serde_json::Value>(b)
