@@ -358,6 +358,16 @@ fn maintenance_and_nospace_recovery_on_3_5_16() {
 }
 
 #[test]
+fn maintenance_and_nospace_recovery_on_3_6_16() {
+    maintenance("3.6.16");
+}
+
+#[test]
+fn maintenance_and_nospace_recovery_on_3_7_3() {
+    maintenance("3.7.3");
+}
+
+#[test]
 fn cluster_lock_on_3_4_23() {
     lock("3.4.23");
 }

@@ -140,6 +140,16 @@ fn snapshots_are_verified_retained_copied_and_recorded_3_4() {
     snapshots_are_verified_retained_copied_and_recorded("3.4.23");
 }
 
+#[test]
+fn snapshots_are_verified_retained_copied_and_recorded_3_6() {
+    snapshots_are_verified_retained_copied_and_recorded("3.6.16");
+}
+
+#[test]
+fn snapshots_are_verified_retained_copied_and_recorded_3_7() {
+    snapshots_are_verified_retained_copied_and_recorded("3.7.3");
+}
+
 /// A snapshot restored on member 1 of a lost three-member cluster: the old data dir
 /// moved aside with its content, a one-member cluster with every key, which a second
 /// node then joins as the runbook says (learner, promote).
@@ -275,12 +285,13 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data(version: &str) {
         etcd_setup::cluster::etcd::cluster_id(&configured, "tok-restore"),
         "{list:?}"
     );
-    // 3.5.16's etcdutl bumps the revision for Kubernetes' watchers; 3.4's etcdctl cannot.
+    // etcdutl (3.5.16, 3.6, 3.7) bumps the revision for Kubernetes' watchers; 3.4's
+    // etcdctl cannot.
     let rev = one.endpoint_status().unwrap()[0].revision;
-    if version == "3.5.16" {
-        assert!(rev > 1_000_000_000, "{rev}");
-    } else {
+    if version.starts_with("3.4.") {
         assert!(rev < 1000, "{rev}");
+    } else {
+        assert!(rev > 1_000_000_000, "{rev}");
     }
     assert_eq!(list.members[0].name, "m1");
     for i in 0..20 {
@@ -325,6 +336,16 @@ fn restore_makes_a_one_member_cluster_and_keeps_the_old_data_3_5() {
 #[test]
 fn restore_makes_a_one_member_cluster_and_keeps_the_old_data_3_4() {
     restore_makes_a_one_member_cluster_and_keeps_the_old_data("3.4.23");
+}
+
+#[test]
+fn restore_makes_a_one_member_cluster_and_keeps_the_old_data_3_6() {
+    restore_makes_a_one_member_cluster_and_keeps_the_old_data("3.6.16");
+}
+
+#[test]
+fn restore_makes_a_one_member_cluster_and_keeps_the_old_data_3_7() {
+    restore_makes_a_one_member_cluster_and_keeps_the_old_data("3.7.3");
 }
 
 /// Writes `n` revisions of `value_kib` KiB under one key, then compacts them away: the
