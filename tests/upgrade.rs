@@ -261,6 +261,10 @@ fn three_members_go_3_5_33_to_3_6_16_and_to_3_7_3_once_3_6_has_snapshotted() {
     assert_eq!(f.code, ReasonCode::UpgradeRolledBack, "{f}");
     let log = std::fs::read_to_string(&svc.log).unwrap();
     assert!(log.contains("unmarshal should never fail"), "{f}");
+    // The failure says what the member needs, naming the file and the variable.
+    for said in ["ETCD_SNAPSHOT_COUNT=1", "/etc/etcd-setup/etcd.env", "WAL"] {
+        assert!(f.message.contains(said), "{said}: {f}");
+    }
     assert_eq!(
         health::server_version(c.client_addr(i), Duration::from_secs(3)).unwrap(),
         "3.6.16"

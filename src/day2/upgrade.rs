@@ -602,8 +602,9 @@ pub fn swap(
         Ok(()) => Err(Failure::new(
             ReasonCode::UpgradeRolledBack,
             format!(
-                "etcd {new} did not come up ({}); etcd {old} was put back and runs healthy",
-                why.headline()
+                "etcd {new} did not come up ({}); etcd {old} was put back and runs healthy{}",
+                why.headline(),
+                hint_after_rollback(old, new)
             ),
         )),
         Err(again) => Err(Failure::new(
@@ -614,6 +615,20 @@ pub fn swap(
                 again.headline()
             ),
         )),
+    }
+}
+
+/// What a rolled-back step is known to need. 3.6 -> 3.7: etcd 3.7.3 panics ("unmarshal
+/// should never fail") replaying a WAL entry written by 3.5, which a member upgraded from
+/// 3.5 keeps until 3.6 takes a raft snapshot (shown in tests/upgrade.rs).
+fn hint_after_rollback(old: Version, new: Version) -> &'static str {
+    if (old.major, old.minor, new.major, new.minor) == (3, 6, 3, 7) {
+        "; if etcd's journal shows \"unmarshal should never fail\", this member's WAL still \
+         holds entries etcd 3.5 wrote: start it once with ETCD_SNAPSHOT_COUNT=1 in \
+         /etc/etcd-setup/etcd.env, let it apply a write (its member/snap folder gets a \
+         .snap file), remove the line, restart etcd, and run the upgrade again"
+    } else {
+        ""
     }
 }
 
