@@ -1,8 +1,9 @@
 //! `etcd_setup::day2::upgrade` against real etcd on loopback: three members of Debian's 3.4.23
 //! upgraded to 3.5.16 by three threads at once go one at a time through the lock in etcd,
 //! the leader last, and end on cluster version 3.5 with their keys; three of 3.5.33 go the
-//! same way to 3.6.16, and to 3.7.3 once 3.6 has snapshotted (real builds of etcd's Go
-//! modules; 3.7.3 panics on 3.5's WAL entries and is rolled back); a release whose `etcd`
+//! same way to 3.6.16, and to 3.7.3, each turn taking a 3.6 raft snapshot first (real
+//! builds of etcd's Go modules; without it 3.7.3 panics on 3.5's WAL entries and is rolled
+//! back); a release whose `etcd`
 //! exits at once is rolled back to the old binaries, which run healthy; a two-member
 //! cluster is refused. etcd is a child process here (the [`Service`] the node's systemd
 //! is on a VM); everything else is the code `etcd-setup upgrade` runs.
@@ -11,6 +12,7 @@ mod support;
 use etcd_setup::cluster::health;
 use etcd_setup::cluster::lifecycle::Node;
 use etcd_setup::day2::upgrade::{self, beside, rules, Service};
+use etcd_setup::member::service::OneShot;
 use etcd_setup::reason::{Failure, ReasonCode};
 use etcd_setup::road::archive::{Extracted, Policy};
 use etcd_setup::shared::advisory::Version;
@@ -26,8 +28,6 @@ const WAIT: Duration = Duration::from_secs(60);
 struct ChildEtcd {
     install: PathBuf,
     args: Vec<String>,
-    /// Flags added to the next starts (the test's own, not the agent's).
-    extra: Mutex<Vec<String>>,
     log: PathBuf,
     child: Mutex<Option<Child>>,
 }
@@ -53,7 +53,6 @@ impl ChildEtcd {
         ChildEtcd {
             install: install.to_path_buf(),
             args,
-            extra: Mutex::new(Vec::new()),
             log: install.with_extension("log"),
             child: Mutex::new(None),
         }
@@ -73,6 +72,12 @@ impl Service for ChildEtcd {
     }
 
     fn start(&self) -> Result<(), Failure> {
+        self.start_once(&[])
+    }
+
+    /// The one-shot flags as etcd's own (etcd.service gets them from a runtime
+    /// environment file).
+    fn start_once(&self, flags: &[OneShot]) -> Result<(), Failure> {
         use std::os::unix::process::CommandExt;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -82,7 +87,10 @@ impl Service for ChildEtcd {
         let mut cmd = Command::new(self.install.join("etcd"));
         cmd.env_clear()
             .args(&self.args)
-            .args(self.extra.lock().unwrap().iter())
+            .args(flags.iter().map(|f| match f {
+                OneShot::ForceNewCluster => "--force-new-cluster",
+                OneShot::SnapshotEachEntry => "--snapshot-count=1",
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -216,11 +224,13 @@ fn three_members_started_at_once_upgrade_one_at_a_time_the_leader_last_to_3_5() 
 /// Then what the guides do not say: etcd 3.7.3 panics ("unmarshal should never fail")
 /// replaying a WAL entry written by 3.5, and a member upgraded from 3.5 keeps such
 /// entries until 3.6 takes its first raft snapshot (every 10,000 applied entries by
-/// default). The swap rolls that member back: 3.6.16 runs healthy again, nothing lost.
-/// Once each 3.6 member has snapshotted (one start with `--snapshot-count=1`, the remedy
-/// etcd's 3.6 guide gives for old v2store data), 3.7.3 comes up on all three.
+/// default). The swap alone rolls that member back: 3.6.16 runs healthy again, nothing
+/// lost. The member's turn therefore restarts 3.6 once with `--snapshot-count=1` (the
+/// remedy etcd's 3.6 guide gives for old v2store data) until it has a raft snapshot
+/// (`upgrade::raft_snapshot`; a restart without the flag fails the step with
+/// `upgrade-snapshot-failed`, nothing installed), and 3.7.3 comes up on all three.
 #[test]
-fn three_members_go_3_5_33_to_3_6_16_and_to_3_7_3_once_3_6_has_snapshotted() {
+fn three_members_go_3_5_33_to_3_6_16_and_to_3_7_3_each_3_6_snapshotting_in_its_turn() {
     let mut c = Cluster::start("3.5.33", 3, "upg-road");
     let nodes = adopt(&mut c, "3.5.33");
     let client = c.client();
@@ -272,37 +282,36 @@ fn three_members_go_3_5_33_to_3_6_16_and_to_3_7_3_once_3_6_has_snapshotted() {
     keys_and_voters(&nodes, &c, 20);
     println!("[upgrade] 3.7.3 over m{}'s 3.5 entries: {f}", i + 1);
 
-    // Each 3.6 member started once with --snapshot-count=1 snapshots at its next applied
-    // entry; then started as before.
-    for (_, svc) in &nodes {
-        svc.stop().unwrap();
-        *svc.extra.lock().unwrap() = vec!["--snapshot-count=1".into()];
-        svc.start().unwrap();
+    // The agent's remedy when it cannot take: a 3.6 restarted without the one-shot flag
+    // (a service that drops it) takes no raft snapshot; the step fails before anything
+    // is installed and etcd 3.6.16 runs healthy again.
+    let dropped = DropsFlags(svc);
+    let n = node(&c, i, install);
+    let f = upgrade::raft_snapshot(
+        &dropped,
+        &n.client(c.client_urls()),
+        &c.members[i].data_dir,
+        c.client_addr(i),
+        v36,
+        Duration::from_secs(5),
+    )
+    .unwrap_err();
+    assert_eq!(f.code, ReasonCode::UpgradeSnapshotFailed, "{f}");
+    let snap_dir = c.members[i].data_dir.join("member/snap");
+    for said in [
+        snap_dir.display().to_string(),
+        "3.6.16 runs healthy again".into(),
+    ] {
+        assert!(f.message.contains(&said), "{said}: {f}");
     }
-    for i in 0..3 {
-        upgrade::confirm(c.client_addr(i), v36, WAIT).unwrap();
-    }
-    client.put("/after-snapshot", "x").unwrap();
-    client.put("/after-snapshot", "y").unwrap();
-    for (i, (_, svc)) in nodes.iter().enumerate() {
-        let snap = c.members[i].data_dir.join("member/snap");
-        let end = Instant::now() + WAIT;
-        while !std::fs::read_dir(&snap)
-            .unwrap()
-            .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".snap"))
-        {
-            assert!(
-                Instant::now() < end,
-                "no raft snapshot in {}",
-                snap.display()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        svc.stop().unwrap();
-        svc.extra.lock().unwrap().clear();
-        svc.start().unwrap();
-        upgrade::confirm(c.client_addr(i), v36, WAIT).unwrap();
-    }
+    assert_eq!(
+        health::server_version(c.client_addr(i), Duration::from_secs(3)).unwrap(),
+        "3.6.16"
+    );
+    println!("[upgrade] a 3.6 restart that drops --snapshot-count=1: {f}");
+
+    // The turn itself restarts each 3.6 member once with --snapshot-count=1 before its
+    // swap (roll -> upgrade::raft_snapshot): 3.7.3 comes up on all three.
     let step = Instant::now();
     roll(&c, &nodes, &tarball, v36, v37);
     let cluster = cluster_version_reaches(&c, "3.7");
@@ -356,6 +365,17 @@ fn roll(c: &Cluster, nodes: &[(PathBuf, ChildEtcd)], tarball: &Path, old: Versio
                     .all(|m| m.version == Some(new));
                 let led = me.is_leader;
                 let down = Instant::now();
+                if upgrade::needs_raft_snapshot(old, new) {
+                    upgrade::raft_snapshot(
+                        svc,
+                        &client,
+                        &c.members[i].data_dir,
+                        c.client_addr(i),
+                        old,
+                        WAIT,
+                    )
+                    .unwrap_or_else(|f| panic!("{}: {f}", node.name));
+                }
                 upgrade::swap(
                     svc,
                     &release,
@@ -720,6 +740,19 @@ fn a_3_6_stub_over_a_3_5_33_member_passes_the_minimum_and_is_rolled_back() {
         ],
         "{seen:?}"
     );
+}
+
+/// A [`Service`] that starts etcd without the one-shot flags it is given (the default
+/// `start_once`).
+struct DropsFlags<'a>(&'a ChildEtcd);
+
+impl Service for DropsFlags<'_> {
+    fn stop(&self) -> Result<(), Failure> {
+        self.0.stop()
+    }
+    fn start(&self) -> Result<(), Failure> {
+        self.0.start()
+    }
 }
 
 /// A [`Service`] that says what it was asked, in order.

@@ -191,7 +191,13 @@ impl Client {
         }
         let json = matches!(
             args.first().copied().zip(args.get(1).copied()),
-            Some(("member", "list" | "add") | ("endpoint", _) | ("alarm", _) | ("get", _))
+            Some(
+                ("member", "list" | "add")
+                    | ("endpoint", _)
+                    | ("alarm", _)
+                    | ("get", _)
+                    | ("lease", "grant")
+            )
         );
         let mut cmd = self.command(nix::sys::signal::Signal::SIGKILL, command_timeout, json);
         cmd.args(args);
@@ -434,6 +440,25 @@ impl Client {
     pub fn put(&self, key: &str, value: &str) -> Result<(), EtcdError> {
         let what = format!("put {key}");
         self.call(&what, &["put", "--", key, value]).map(drop)
+    }
+
+    /// `lease grant TTL` then `lease revoke ID`: two entries every member applies, and
+    /// nothing left in the key space (a revoke that fails leaves the lease to expire).
+    pub fn lease_grant_and_revoke(&self, ttl: Duration) -> Result<(), EtcdError> {
+        let ttl = ttl.as_secs().max(1).to_string();
+        let what = format!("lease grant {ttl}");
+        let out = self.call(&what, &["lease", "grant", &ttl])?;
+        let id = self.parsed(&what, &out, |b| {
+            serde_json::from_slice::<serde_json::Value>(b)
+                .map_err(|e| e.to_string())?
+                .get("ID")
+                .and_then(serde_json::Value::as_i64)
+                .ok_or_else(|| "no lease ID".to_string())
+        })?;
+        // etcdctl reads the ID to revoke in hexadecimal.
+        let hex = format!("{id:x}");
+        self.call(&format!("lease revoke {hex}"), &["lease", "revoke", &hex])
+            .map(drop)
     }
 
     /// `get KEY`: the value, or `None` when the key does not exist.

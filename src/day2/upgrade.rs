@@ -15,7 +15,10 @@
 //!    first, so that its restart costs the others no election;
 //! 5. a snapshot of this member, before anything changes: the verified one of `etcd-setup
 //!    snapshot` ([`crate::day2::snapshot::take`]), kept with the others and recorded;
-//! 6. [`swap`]: etcd stopped, the old binaries kept beside the new ones
+//! 6. from 3.6 to 3.7 only, [`raft_snapshot`]: etcd 3.6 restarted once with
+//!    `--snapshot-count=1` until it has taken a raft snapshot, since etcd 3.7 cannot replay
+//!    the WAL entries a member upgraded from 3.5 may still hold;
+//! 7. [`swap`]: etcd stopped, the old binaries kept beside the new ones
 //!    ([`beside::keep_previous`]), the new ones installed by renames, etcd started and
 //!    confirmed healthy on the new version; if it is not, the old binaries are put back
 //!    ([`beside::rollback`]), etcd started again and the upgrade fails with
@@ -37,7 +40,7 @@ use crate::cluster::health;
 use crate::cluster::lifecycle::survey::MemberView;
 use crate::cluster::lifecycle::Node;
 use crate::exit::upgrade as exit;
-use crate::member::service::{self, Etcd};
+use crate::member::service::{self, Etcd, OneShot};
 use crate::member::Member;
 use crate::reason::{Failure, ReasonCode};
 use crate::road::discover::{self, Wait};
@@ -323,6 +326,21 @@ fn upgrade(
     );
     // From the stop to etcd confirmed (or rolled back) a signal waits.
     let outcome = frame::critical(|| {
+        if needs_raft_snapshot(installed, new) {
+            record.set(UpgradePhase::Snapshot, RAFT_SNAPSHOT_PROGRESS);
+            raft_snapshot(
+                &service,
+                &client,
+                &settings.data_dir,
+                metrics,
+                installed,
+                settings.start_timeout,
+            )?;
+            record.set(
+                UpgradePhase::Installing,
+                &format!("installing etcd {new} beside {installed}"),
+            );
+        }
         swap(
             &service,
             &release,
@@ -615,6 +633,110 @@ pub fn swap(
                 again.headline()
             ),
         )),
+    }
+}
+
+/// What [`raft_snapshot`] is said to do while it does it.
+pub const RAFT_SNAPSHOT_PROGRESS: &str =
+    "etcd restarted once with --snapshot-count=1: a raft snapshot before 3.7";
+
+/// Whether the step from `old` to `new` asks [`raft_snapshot`] first: 3.6 -> 3.7.
+pub fn needs_raft_snapshot(old: Version, new: Version) -> bool {
+    (old.major, old.minor, new.major, new.minor) == (3, 6, 3, 7)
+}
+
+/// What 3.7 needs of a 3.6 member before its swap. etcd 3.7.3 panics ("unmarshal should
+/// never fail") replaying a WAL entry 3.5 wrote, and a member upgraded from 3.5 keeps such
+/// entries after its last raft snapshot until 3.6 takes the next one (every 10,000 applied
+/// entries by default; tests/upgrade.rs shows the panic and the remedy). Whether the WAL
+/// still holds one is not cheap to tell, and the remedy is a restart: etcd `old` (3.6)
+/// is restarted once with `--snapshot-count=1` ([`OneShot::SnapshotEachEntry`], a flag of
+/// that start only), confirmed healthy, the cluster applies two entries (a lease granted
+/// and revoked through `client`: nothing in the key space), and the step goes on once a
+/// new `.snap` file is in `data_dir/member/snap` (within `wait`). On any failure etcd is
+/// restarted as before and the upgrade fails with `upgrade-snapshot-failed`, nothing
+/// installed.
+pub fn raft_snapshot(
+    service: &dyn Service,
+    client: &Client,
+    data_dir: &Path,
+    metrics: SocketAddr,
+    old: Version,
+    wait: Duration,
+) -> Result<(), Failure> {
+    let snap_dir = data_dir.join("member/snap");
+    let snaps = || -> std::collections::BTreeSet<std::ffi::OsString> {
+        std::fs::read_dir(&snap_dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name())
+                    .filter(|n| n.to_string_lossy().ends_with(".snap"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = snaps();
+    let started = Instant::now();
+    service.stop()?;
+    let taken = service
+        .start_once(&[OneShot::SnapshotEachEntry])
+        .and_then(|()| confirm(metrics, old, wait))
+        .and_then(|()| {
+            client
+                .lease_grant_and_revoke(Duration::from_secs(10))
+                .map_err(|e| Failure::new(ReasonCode::UpgradeSnapshotFailed, e.to_string()))
+        })
+        .and_then(|()| {
+            let end = Instant::now() + wait;
+            loop {
+                if let Some(new) = snaps().difference(&before).next() {
+                    return Ok(new.clone());
+                }
+                if Instant::now() >= end {
+                    return Err(Failure::new(
+                        ReasonCode::UpgradeSnapshotFailed,
+                        format!(
+                            "no new .snap file in {} after {} s",
+                            snap_dir.display(),
+                            wait.as_secs()
+                        ),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+    match taken {
+        Ok(name) => {
+            eprintln!(
+                "etcd-setup upgrade: etcd {old} took a raft snapshot ({}) {} ms after its restart with --snapshot-count=1",
+                snap_dir.join(name).display(),
+                started.elapsed().as_millis()
+            );
+            Ok(())
+        }
+        Err(why) => {
+            // Started again as before: the once-only flag is gone with that start.
+            let again = service
+                .stop()
+                .and_then(|()| service.start())
+                .and_then(|()| confirm(metrics, old, wait));
+            Err(Failure::new(
+                ReasonCode::UpgradeSnapshotFailed,
+                format!(
+                    "etcd {old} restarted with --snapshot-count=1 took no raft snapshot, which \
+                     etcd 3.7 needs of a member whose WAL may hold entries etcd 3.5 wrote: {}; \
+                     nothing was installed, {}",
+                    why.message,
+                    match again {
+                        Ok(()) => format!("etcd {old} runs healthy again"),
+                        Err(e) => format!(
+                            "and etcd {old} started again is not healthy: {}",
+                            e.headline()
+                        ),
+                    }
+                ),
+            ))
+        }
     }
 }
 

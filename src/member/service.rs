@@ -22,7 +22,8 @@
 //! - **Confirm** ([`confirm`]): `/health` healthy and, when asked, `/metrics` naming the
 //!   expected version, over the loopback metrics listener.
 //!
-//! **One-shot start flags** ([`OneShot`], today only `--force-new-cluster` for `restore`)
+//! **One-shot start flags** ([`OneShot`]: `--force-new-cluster` for `restore`,
+//! `--snapshot-count=1` for `upgrade`'s 3.6 -> 3.7 step)
 //! never go into the persistent environment file ([`unit::ENV_FILE`]), which every start
 //! rewrites from the settings anyway. They go into a runtime file, [`unit::ONCE_ENV_FILE`]
 //! in `/run/etcd-setup` (tmpfs: gone at reboot), which etcd.service reads with
@@ -67,12 +68,16 @@ enum Waited {
 pub enum OneShot {
     /// `--force-new-cluster`: the restored data becomes a one-member cluster.
     ForceNewCluster,
+    /// `--snapshot-count=1`: a raft snapshot at the next applied entry (`upgrade`'s step
+    /// from 3.6 to 3.7, whose etcd cannot replay the WAL entries 3.5 wrote).
+    SnapshotEachEntry,
 }
 
 impl OneShot {
     fn line(self) -> &'static str {
         match self {
             OneShot::ForceNewCluster => "ETCD_FORCE_NEW_CLUSTER=\"true\"",
+            OneShot::SnapshotEachEntry => "ETCD_SNAPSHOT_COUNT=\"1\"",
         }
     }
 }

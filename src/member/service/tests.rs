@@ -49,27 +49,38 @@ fn a_one_shot_flag_is_seen_by_its_start_only_whatever_the_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let f = files(dir.path());
     let s = settings();
-    for fail in [false, true] {
-        let seen = Seen {
-            files: &f,
-            once: RefCell::new(vec![]),
-            fail,
-        };
-        let r = start(&s, &f, &seen, &[OneShot::ForceNewCluster]);
-        assert_eq!(r.is_err(), fail);
-        assert!(!f.once.exists(), "the flag outlived its start");
-        start(&s, &f, &seen, &[]).ok();
-        let once = seen.once.borrow();
-        assert!(
-            once[0]
-                .as_deref()
-                .is_some_and(|t| t.contains("\nETCD_FORCE_NEW_CLUSTER=\"true\"\n")),
-            "{once:?}"
-        );
-        assert_eq!(once[1], None);
-        // The persistent file never holds it.
-        let env = std::fs::read_to_string(&f.env).unwrap();
-        assert!(!env.contains("FORCE"), "{env}");
+    for (flag, line, name) in [
+        (
+            OneShot::ForceNewCluster,
+            "\nETCD_FORCE_NEW_CLUSTER=\"true\"\n",
+            "FORCE",
+        ),
+        (
+            OneShot::SnapshotEachEntry,
+            "\nETCD_SNAPSHOT_COUNT=\"1\"\n",
+            "SNAPSHOT_COUNT",
+        ),
+    ] {
+        for fail in [false, true] {
+            let seen = Seen {
+                files: &f,
+                once: RefCell::new(vec![]),
+                fail,
+            };
+            let r = start(&s, &f, &seen, &[flag]);
+            assert_eq!(r.is_err(), fail);
+            assert!(!f.once.exists(), "the flag outlived its start");
+            start(&s, &f, &seen, &[]).ok();
+            let once = seen.once.borrow();
+            assert!(
+                once[0].as_deref().is_some_and(|t| t.contains(line)),
+                "{once:?}"
+            );
+            assert_eq!(once[1], None);
+            // The persistent file never holds it.
+            let env = std::fs::read_to_string(&f.env).unwrap();
+            assert!(!env.contains(name), "{env}");
+        }
     }
 }
 
