@@ -239,7 +239,13 @@ fn three_members_go_3_5_33_to_3_6_16_and_to_3_7_3_each_3_6_snapshotting_in_its_t
     }
     let (v35, v36, v37) = (v("3.5.33"), v("3.6.16"), v("3.7.3"));
     let step = Instant::now();
-    roll(&c, &nodes, &release_tarball(c.dir(), "3.6.16"), v35, v36);
+    roll(
+        &c,
+        &nodes,
+        &support::inputs::isos().join("etcd-v3.6.16-linux-amd64.tar.gz"),
+        v35,
+        v36,
+    );
     let cluster = cluster_version_reaches(&c, "3.6");
     keys_and_voters(&nodes, &c, 20);
     println!(
@@ -248,7 +254,7 @@ fn three_members_go_3_5_33_to_3_6_16_and_to_3_7_3_each_3_6_snapshotting_in_its_t
     );
 
     // 3.7.3 over a follower whose WAL still holds 3.5's entries: rolled back.
-    let tarball = release_tarball(c.dir(), "3.7.3");
+    let tarball = support::inputs::isos().join("etcd-v3.7.3-linux-amd64.tar.gz");
     let i = (0..3)
         .find(|&i| {
             let n = node(&c, i, &nodes[i].0);
@@ -475,30 +481,6 @@ fn keys_and_voters(nodes: &[(PathBuf, ChildEtcd)], c: &Cluster, n: usize) {
     }
     let list = new_client.member_list().unwrap();
     assert_eq!(list.voters().count(), 3);
-}
-
-/// The release folder of `version` (tests/inputs/fetch-etcd's build) packed as the
-/// release tarball an ISO carries.
-fn release_tarball(dir: &Path, version: &str) -> PathBuf {
-    let name = format!("etcd-v{version}-linux-amd64");
-    let pack = dir.join(format!("pack-{version}"));
-    install_from(&support::etcd::release(version), &pack.join(&name));
-    std::fs::copy(
-        support::etcd::release(version).join("README.md"),
-        pack.join(&name).join("README.md"),
-    )
-    .unwrap();
-    let out = dir.join(format!("{name}.tar.gz"));
-    let st = Command::new("tar")
-        .arg("-C")
-        .arg(&pack)
-        .args(["--owner=0", "--group=0", "--numeric-owner", "-czf"])
-        .arg(&out)
-        .arg(&name)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    out
 }
 
 /// A 3.5.30 layout whose `etcd` is a real ELF that exits at once (`false`).
