@@ -296,6 +296,13 @@ pub struct CheckArgs {
     #[arg(long, value_name = "PATH", default_value = config::DEFAULT_ARCHIVE_PATH,
           value_parser = parse_archive_path)]
     pub archive_path: String,
+    /// The operator's advisories, beside the compiled ones (a missing file adds none).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/etcd-setup/advisories.toml"
+    )]
+    pub advisories: PathBuf,
 }
 
 /// `etcd-setup status`.

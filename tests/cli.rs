@@ -178,6 +178,57 @@ fn a_tls_file_under_home_is_config_invalid_before_any_wait() {
     assert!(!run.join("run.lock").exists(), "the lock was taken");
 }
 
+/// The operator's advisories beside the configuration (issue 37) are read with it: an
+/// unsound entry fails `run` as `config-invalid` at once, naming the file and the entry,
+/// before the ISO wait, since it decides what the node refuses.
+#[test]
+fn an_unsound_advisories_file_beside_the_config_is_config_invalid_before_any_wait() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (run, lib) = (dir.path().join("run"), dir.path().join("lib"));
+    let failed = dir.path().join("failed");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nname = \"etcd-1\"\nip = \"127.0.0.1\"\n\
+             [etcd]\ninitial_cluster = \"etcd-1=http://127.0.0.1:2380\"\ncluster_token = \"t\"\n\
+             [iso]\nwait = \"10min\"\n\
+             [report]\nfailure_file = \"{}\"\nowner = \"root\"\n",
+            failed.display()
+        ),
+    )
+    .expect("config");
+    let advisories = dir.path().join("advisories.toml");
+    std::fs::write(
+        &advisories,
+        "[[advisory]]\nid = \"site-1\"\nfirst = \"3.6\"\nlast = \"3.6.16\"\n\
+         severity = \"data-safety\"\nsummary = \"s\"\nsource = \"etcd\"\n",
+    )
+    .expect("advisories");
+    let out = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--run-dir")
+        .arg(&run)
+        .arg("--state-dir")
+        .arg(&lib)
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .expect("run etcd-setup run");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let text = std::fs::read_to_string(&failed).expect("failure file");
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!(
+            "config-invalid: {}: site-1: \"3.6\" is not MAJOR.MINOR.PATCH",
+            advisories.display()
+        )),
+        "{first}"
+    );
+    let state = std::fs::read_to_string(run.join("state.json")).expect("live state");
+    assert!(!state.contains("waiting-for-iso"), "{state}");
+}
+
 #[test]
 fn upgrade_help_lists_every_exit_code() {
     let out = etcd_setup(&["upgrade", "--help"]);

@@ -766,7 +766,7 @@ mod tests {
 
     /// After an upgrade status names the new release as installed and shows its
     /// advisories, not the old one's (3.5.1's data-safety warning does not linger over
-    /// 3.5.30).
+    /// 3.5.33).
     #[test]
     fn an_upgrade_records_the_new_release_and_its_advisories() {
         let mut state = State::begin_at(Phase::Running, SystemTime::now());
@@ -774,10 +774,10 @@ mod tests {
         state.sha256 = Some("aa".into());
         state.advisories = advisory::lines("3.5.1");
         assert!(!state.advisories.is_empty());
-        record_installed(&mut state, "3.5.30", "bb");
-        assert_eq!(state.etcd_version.as_deref(), Some("3.5.30"));
+        record_installed(&mut state, "3.5.33", "bb");
+        assert_eq!(state.etcd_version.as_deref(), Some("3.5.33"));
         assert_eq!(state.sha256.as_deref(), Some("bb"));
-        assert_eq!(state.advisories, advisory::lines("3.5.30"));
+        assert_eq!(state.advisories, advisory::lines("3.5.33"));
         assert!(state.advisories.is_empty(), "{:?}", state.advisories);
     }
 }

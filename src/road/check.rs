@@ -22,6 +22,10 @@ pub fn command(args: &CheckArgs) -> u8 {
         sha256: args.sha256,
         ..Policy::default()
     };
+    if let Err(e) = crate::shared::advisory::load_operator_file(&args.advisories) {
+        output::line(&format!("etcd-setup check: config-invalid: {e}"));
+        return exit::check::FAILED;
+    }
     let tmp = std::env::temp_dir();
     let signals = stop_signals();
     if let Err(e) = signals.thread_block() {

@@ -1,6 +1,9 @@
 //! Known-bad etcd releases: the advisories `check`, `run`, `status` and `upgrade` know
 //! about, as one data file, [`advisories.toml`](../../src/shared/advisories.toml)
-//! (compiled in; a unit test parses it and checks every entry).
+//! (compiled in; a unit test parses it and checks every entry), and the operator's file of
+//! the same format beside the configuration file ([`load_operator_file`]: the next
+//! advisory needs no new agent). The operator's entries come first; one with the id of a
+//! compiled entry replaces it.
 //!
 //! Only statements the etcd maintainers published belong there, each with the releases it
 //! covers, a [`Severity`] that says what etcd-setup does with it, and where it was
@@ -8,6 +11,7 @@
 //! has no advisory (the archive pass already decided it is a release).
 
 use std::fmt;
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// What etcd-setup does with an advisory.
@@ -25,6 +29,9 @@ pub enum Severity {
     /// A security advisory that applies only with etcd's own authentication on, which
     /// etcd-setup never turns on: a note.
     AuthOnly,
+    /// A published defect that can stop etcd or keep a member from starting, as
+    /// etcd-setup runs it: a warning, recorded.
+    Availability,
     /// Matters on the way to the next minor release: a note, said by `upgrade`.
     UpgradePath,
 }
@@ -37,13 +44,17 @@ impl Severity {
             Severity::ProductionMinimum => "production-minimum",
             Severity::Security => "security",
             Severity::AuthOnly => "auth-only",
+            Severity::Availability => "availability",
             Severity::UpgradePath => "upgrade-path",
         }
     }
 
     /// A warning (shown as one, recorded by `run`), not a note.
     pub fn warns(self) -> bool {
-        matches!(self, Severity::DataSafety | Severity::Security)
+        matches!(
+            self,
+            Severity::DataSafety | Severity::Security | Severity::Availability
+        )
     }
 }
 
@@ -121,14 +132,92 @@ pub fn parse(text: &str) -> Result<Vec<Advisory>, String> {
     Ok(out)
 }
 
-/// The table, parsed from [`DATA`] once. The file is part of the program (a unit test
-/// parses it), so a parse failure here is a bug of the build.
-pub fn table() -> &'static [Advisory] {
+/// The compiled table, parsed from [`DATA`] once. The file is part of the program (a unit
+/// test parses it), so a parse failure here is a bug of the build.
+pub fn compiled() -> &'static [Advisory] {
     static TABLE: OnceLock<Vec<Advisory>> = OnceLock::new();
     TABLE.get_or_init(|| {
         #[allow(clippy::expect_used)]
         parse(DATA).expect("src/shared/advisories.toml parses (unit-tested)")
     })
+}
+
+/// The operator's file's name, beside the configuration file
+/// (`/etc/etcd-setup/advisories.toml` on a node).
+pub const OPERATOR_FILE: &str = "advisories.toml";
+
+/// The largest operator file read.
+const MAX_OPERATOR_FILE: u64 = 1 << 20;
+
+static OPERATOR: OnceLock<Vec<Advisory>> = OnceLock::new();
+
+/// Reads the operator's advisories at `path` for the rest of the process (the first load
+/// counts); a missing file adds none. The file must be a regular file of at most 1 MiB,
+/// owned by root or by the user running, that neither its group nor others may write (it
+/// decides what `iso.refuse_known_bad` refuses), and parse as the compiled file does
+/// ([`parse`]). Returns how many entries it holds; the error names the file and, for an
+/// entry, its id.
+pub fn load_operator_file(path: &Path) -> Result<usize, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let shown = path.display();
+    // Non-blocking: a FIFO put there cannot hold the command.
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let _ = OPERATOR.set(Vec::new());
+            return Ok(0);
+        }
+        Err(e) => return Err(format!("{shown}: cannot open: {e}")),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{shown}: cannot stat: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown}: is not a regular file"));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "{shown}: is owned by uid {}, not root; chown root:root it",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{shown}: has mode {mode:04o}; others may write it (chmod 0644 it)"
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_OPERATOR_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{shown}: cannot read as UTF-8 text: {e}"))?;
+    if text.len() as u64 > MAX_OPERATOR_FILE {
+        return Err(format!("{shown}: is larger than 1 MiB"));
+    }
+    let entries = parse(&text).map_err(|e| format!("{shown}: {e}"))?;
+    let n = entries.len();
+    let _ = OPERATOR.set(entries);
+    Ok(n)
+}
+
+/// Every advisory known: the operator's first, then the compiled ones whose id the
+/// operator's file does not hold.
+pub fn table() -> Vec<&'static Advisory> {
+    let operator: &'static [Advisory] = OPERATOR.get().map_or(&[], Vec::as_slice);
+    operator
+        .iter()
+        .chain(
+            compiled()
+                .iter()
+                .filter(|a| !operator.iter().any(|o| o.id == a.id)),
+        )
+        .collect()
 }
 
 /// An etcd release number.
@@ -235,7 +324,7 @@ pub fn covering(version: &str) -> Vec<&'static Advisory> {
         return Vec::new();
     };
     table()
-        .iter()
+        .into_iter()
         .filter(|a| a.first <= v && v <= a.last)
         .collect()
 }
@@ -309,15 +398,49 @@ pub fn gate(version: &str, refuse: bool) -> Result<Vec<String>, crate::reason::F
 mod tests {
     use super::*;
 
+    fn ids(v: &str, of: fn(&str) -> Vec<&'static Advisory>) -> Vec<&'static str> {
+        of(v).iter().map(|a| a.id.as_str()).collect()
+    }
+
     #[test]
-    fn flags_3_5_0_to_3_5_2_and_nothing_around_them() {
-        for bad in ["3.5.0", "3.5.1", "3.5.2", "v3.5.1"] {
-            assert_eq!(for_version(bad).len(), 1, "{bad}");
-        }
+    fn warns_of_each_published_defect_and_of_nothing_on_the_fixed_releases() {
+        assert_eq!(
+            ids("3.5.1", for_version),
+            [
+                "etcd-3.5-data-inconsistency",
+                "etcd-3.5-tls-handshake-dos",
+                "etcd-3.5-snapshot-defrag-corruption",
+                "etcd-3.5-stale-reads-after-pause"
+            ]
+        );
+        assert_eq!(
+            ids("3.5.30", for_version),
+            ["etcd-3.5-tls-handshake-dos"],
+            "fixed in 3.5.33"
+        );
+        assert_eq!(
+            ids("3.6.3", for_version),
+            [
+                "etcd-3.6-tls-handshake-dos",
+                "etcd-3.6-snapshot-defrag-corruption",
+                "etcd-3.6-stale-reads-after-pause",
+                "etcd-3.6-learner-promotion-replay"
+            ]
+        );
+        assert_eq!(ids("3.7.0", for_version), ["etcd-3.7-tls-handshake-dos"]);
+        assert_eq!(ids("3.4.45", for_version), ["etcd-3.4-tls-handshake-dos"]);
         for good in [
-            "3.4.23", "3.5.3", "3.5.16", "3.5.30", "3.6.0", "junk", "3.5", "",
+            "3.5.33", "3.6.14", "3.6.16", "3.7.1", "3.7.3", "junk", "3.5", "",
         ] {
             assert!(for_version(good).is_empty(), "{good}");
+        }
+        // The releases a new cluster should take have no entry at all.
+        for clean in ["3.5.33", "3.6.16", "3.7.3"] {
+            assert!(
+                covering(clean).is_empty(),
+                "{clean}: {:?}",
+                ids(clean, covering)
+            );
         }
     }
 
@@ -336,18 +459,22 @@ mod tests {
 
     #[test]
     fn the_gate_refuses_a_known_bad_release_only_when_told_to() {
-        assert_eq!(gate("3.5.1", false).unwrap().len(), 1);
+        assert_eq!(gate("3.5.1", false).unwrap().len(), 4);
         let f = gate("3.5.1", true).unwrap_err();
         assert_eq!(f.code, crate::reason::ReasonCode::KnownBadRelease);
         assert!(f.message.contains("iso.refuse_known_bad"), "{f}");
-        assert!(gate("3.5.16", true).unwrap().is_empty());
+        // A security or availability warning is shown, not refused.
+        assert_eq!(gate("3.5.30", true).unwrap().len(), 1);
+        assert_eq!(gate("3.6.3", false).unwrap().len(), 4);
+        assert!(gate("3.6.3", true).is_err(), "data safety");
+        assert!(gate("3.5.33", true).unwrap().is_empty());
     }
 
     #[test]
     fn the_data_file_parses_and_every_entry_is_sound() {
         let t = parse(DATA).unwrap();
         assert!(t.len() >= 8, "{t:?}");
-        assert_eq!(table(), t.as_slice());
+        assert_eq!(compiled(), t.as_slice());
         for a in &t {
             assert!(a.first <= a.last, "{a:?}");
             assert!(a.source.contains("etcd"), "{a:?}");
@@ -366,24 +493,31 @@ mod tests {
 
     #[test]
     fn each_release_range_gets_its_entries() {
-        let ids = |v: &str| -> Vec<String> { covering(v).iter().map(|a| a.id.clone()).collect() };
-        assert!(ids("3.5.16").contains(&"etcd-3.5-learner-promotion-before-3.6".to_string()));
-        assert!(ids("3.5.20").contains(&"etcd-3.5-zombie-members-before-3.6".to_string()));
-        assert!(!ids("3.5.20").contains(&"etcd-3.5-learner-promotion-before-3.6".to_string()));
-        assert!(ids("3.5.4").contains(&"etcd-3.5-below-production-minimum".to_string()));
-        assert!(ids("3.4.9").contains(&"etcd-3.4-security-2020".to_string()));
-        assert!(ids("3.4.21").contains(&"etcd-3.4-below-production-minimum".to_string()));
-        // The release the CloudStack notes recommend has none at all.
-        assert!(covering("3.5.30").is_empty(), "{:?}", ids("3.5.30"));
-        assert!(covering("3.4.44").is_empty(), "{:?}", ids("3.4.44"));
-        // Notes are not warnings: 3.5.16 warns of nothing, and the gate does not refuse it.
-        assert!(lines("3.5.16").is_empty());
+        let has = |v: &str, id: &str| ids(v, covering).contains(&id);
+        assert!(has("3.5.16", "etcd-3.5-learner-promotion-before-3.6"));
+        assert!(has("3.5.20", "etcd-3.5-zombie-members-before-3.6"));
+        assert!(has("3.5.31", "etcd-3.5-zombie-members-before-3.6"));
+        assert!(!has("3.5.32", "etcd-3.5-zombie-members-before-3.6"));
+        assert!(!has("3.5.20", "etcd-3.5-learner-promotion-before-3.6"));
+        assert!(has("3.5.4", "etcd-3.5-below-production-minimum"));
+        assert!(has("3.4.9", "etcd-3.4-security-2020"));
+        assert!(has("3.4.21", "etcd-3.4-below-production-minimum"));
+        assert!(has("3.4.45", "etcd-3.4-end-of-life"));
+        assert!(has("3.6.10", "etcd-3.6-2026-grpc-auth-bypass"));
+        assert!(!has("3.6.11", "etcd-3.6-2026-grpc-auth-bypass"));
+        // Notes are not warnings: 3.5.33 has none of either; 3.5.16's notes are not refused.
+        assert!(note_lines("3.5.33").is_empty());
         assert!(note_lines("3.5.16").len() >= 2);
-        assert!(gate("3.5.16", true).unwrap().is_empty());
+        assert!(gate("3.5.16", false)
+            .unwrap()
+            .iter()
+            .all(|l| !l.contains("learner")));
         // A warning that is not data safety is shown but not refused; a note is neither.
-        assert_eq!(gate("3.4.9", true).unwrap().len(), 1, "security");
-        assert!(gate("3.5.4", true).unwrap().is_empty());
-        assert_eq!(note_lines("3.5.4").len(), 4, "{:?}", note_lines("3.5.4"));
+        assert_eq!(
+            gate("3.4.9", true).unwrap().len(),
+            2,
+            "two security warnings"
+        );
     }
 
     #[test]
@@ -395,7 +529,42 @@ mod tests {
             "{said:?}"
         );
         assert!(before_step(v3516, Version::new(3, 5, 30)).is_empty());
-        assert!(before_step(Version::new(3, 5, 30), v365).is_empty());
+        let said = before_step(Version::new(3, 5, 30), v365);
+        assert!(
+            said.iter().any(|l| l.contains("3.5.32 or later")),
+            "{said:?}"
+        );
+        assert!(before_step(Version::new(3, 5, 33), Version::new(3, 6, 16)).is_empty());
+    }
+
+    /// An operator's file is refused, naming it, when another user could have written it,
+    /// when it is not a file, and when an entry is unsound (naming the entry).
+    #[test]
+    fn an_operator_file_that_is_not_sound_is_refused_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(OPERATOR_FILE);
+        let entry = "[[advisory]]\nid = \"mine\"\nfirst = \"3.6.16\"\nlast = \"3.6.16\"\n\
+                     severity = \"data-safety\"\nsummary = \"s\"\nsource = \"etcd\"\n";
+        std::fs::write(&path, entry).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = load_operator_file(&path).unwrap_err();
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("mode 0666"),
+            "{e}"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&path, entry.replace("3.6.16\"\nsev", "3.6.1\"\nsev")).unwrap();
+        let e = load_operator_file(&path).unwrap_err();
+        assert!(e.contains("mine: first 3.6.16 is after last 3.6.1"), "{e}");
+        std::fs::write(&path, "[[advisory]]\nid = \"x\"\nsevere = 1\n").unwrap();
+        assert!(load_operator_file(&path)
+            .unwrap_err()
+            .contains(OPERATOR_FILE));
+        let e = load_operator_file(dir.path()).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        // Nothing of it was taken.
+        assert!(OPERATOR.get().is_none_or(Vec::is_empty));
     }
 
     #[test]

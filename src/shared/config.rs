@@ -230,14 +230,18 @@ impl Default for Limits {
     }
 }
 
-/// Reads and validates the configuration file at `path`, and the files `[backup]` names
-/// (keys, recipients: [`BackupSettings::check_files`]).
+/// Reads and validates the configuration file at `path`, the files `[backup]` names
+/// (keys, recipients: [`BackupSettings::check_files`]), and the operator's advisories
+/// beside it ([`crate::shared::advisory::load_operator_file`]; none when it is missing).
 pub fn load(path: &Path) -> Result<Settings, Failure> {
     let text = read_text(path)?;
     let settings = parse(&text, path)?;
     if let Some(backup) = &settings.backup {
         backup.check_files()?;
     }
+    let advisories = path.with_file_name(crate::shared::advisory::OPERATOR_FILE);
+    crate::shared::advisory::load_operator_file(&advisories)
+        .map_err(|e| Failure::new(crate::reason::ReasonCode::ConfigInvalid, e))?;
     Ok(settings)
 }
 

@@ -272,7 +272,7 @@ pub fn exposition(answer: &Answer, now: SystemTime) -> String {
     );
     o.family(
         "advisory",
-        "1 for each published data-safety advisory of the installed etcd release.",
+        "1 for each published advisory that warns (data safety, security, availability) of the installed etcd release.",
     );
     for a in &answer.advisory_details {
         o.sample("advisory", &[("id", &a.id)], 1);

@@ -553,9 +553,24 @@ fn an_advisory_and_an_upgrade_under_way_show_in_json_and_text() {
         line.contains("; upgrading 3.5.1 -> 3.5.16: waiting-for-lock; advisory: etcd 3.5.1:"),
         "{line}"
     );
+    // One in full on the line, the others counted there and given in --long.
+    let n = json["advisories"].as_array().unwrap().len();
+    assert!(n >= 2, "{json}");
+    assert!(
+        line.ends_with(&format!(
+            " (and {} more advisories: etcd-setup status --long)",
+            n - 1
+        )),
+        "{line}"
+    );
     let long = text_long(&a);
     assert!(
         long.contains("\nadvisory: etcd 3.5.1: not recommended"),
+        "{long}"
+    );
+    assert_eq!(
+        long.matches("\nadvisory: etcd 3.5.1: ").count(),
+        n,
         "{long}"
     );
     assert!(

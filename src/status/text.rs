@@ -17,8 +17,17 @@ fn raw_line(a: &Answer) -> String {
     if let Some(u) = a.upgrade.as_ref().filter(|u| !u.phase.ended()) {
         line.push_str(&format!("; upgrading {} -> {}: {}", u.from, u.to, u.phase));
     }
-    if !a.advisories.is_empty() {
-        line.push_str(&format!("; advisory: {}", a.advisories.join("; ")));
+    // The first advisory in full, the others counted: the line stays one a management
+    // server can show (`--long` and JSON give every one).
+    if let Some(first) = a.advisories.first() {
+        line.push_str(&format!("; advisory: {first}"));
+        match a.advisories.len() - 1 {
+            0 => {}
+            more => line.push_str(&format!(
+                " (and {more} more advisor{}: etcd-setup status --long)",
+                if more == 1 { "y" } else { "ies" }
+            )),
+        }
     }
     for c in a.certificates.iter().filter(|c| c.expiring) {
         line.push_str(&format!(
