@@ -149,6 +149,20 @@ fn check_peers(
                 Ok(chain) => chain,
                 // A member down is the health check's to refuse (or --force's to pass).
                 Err(_) if !m.healthy => continue,
+                // Healthy at the survey, gone at the handshake: restarting in its own
+                // turn (another rotate-ca), not a certificate of another CA. Asked again
+                // under --health-wait like any member down (seen on c3's VMs: the
+                // second member's check hit the first's restart and failed at once).
+                Err(why)
+                    if why.starts_with("connect: ")
+                        || why.starts_with("the server closed the connection") =>
+                {
+                    return Err(unhealthy(format!(
+                        "member {} at {url} did not serve its certificate ({why}): it is \
+                         restarting or down",
+                        m.name
+                    )))
+                }
                 Err(why) => {
                     return Err(untrusted(format!(
                         "member {} at {url}: cannot read its certificate ({why})",
