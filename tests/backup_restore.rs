@@ -21,6 +21,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 use std::time::SystemTime;
 use support::age::keygen;
 use support::etcd::Cluster;
@@ -594,8 +595,10 @@ fn a_damaged_a_cut_and_a_foreign_backup_and_a_wrong_identity_each_have_their_rea
     assert_eq!(code, Some(1), "{se}");
     assert!(se.starts_with("cluster-mismatch: "), "{se}");
     bed.assert_no_scratch("foreign");
-    // Told with --cluster, it is fetched and proven; restore's own check of the snapshot
-    // then refuses it with --cluster-check before etcd is stopped.
+    // Told with --cluster, it is fetched and proven, with a warning; its content is this
+    // cluster's (the members decide, not the name its scratch copy gets from the
+    // metadata): restore's own --cluster-check passes it, and the restore stops only at
+    // the etcd that still serves here, nothing changed.
     let (code, _, se) = bed.run(&[
         "restore",
         "--from-backup",
@@ -610,10 +613,50 @@ fn a_damaged_a_cut_and_a_foreign_backup_and_a_wrong_identity_each_have_their_rea
         se.contains("is a backup of cluster 00000000deadbeef (--cluster)"),
         "{se}"
     );
-    assert!(se.contains("cluster-mismatch: "), "{se}");
-    assert!(se.contains("not restored (--cluster-check)"), "{se}");
+    assert!(!se.contains("cluster-mismatch: "), "{se}");
+    assert!(se.contains("restore-failed: etcd still serves at "), "{se}");
     serving(&bed);
     bed.assert_no_scratch("foreign, told");
+
+    // Issue 38: another cluster's snapshot put in the bucket by one of its writers, named
+    // and described as this cluster's newest backup. Its content decides: `backups
+    // verify` and `restore --from-backup` refuse it as cluster-mismatch, etcd untouched.
+    let mut other = support::etcd::Cluster::start("3.5.16", 1, "tok-other-writer");
+    other
+        .client()
+        .put("/registry/secrets/planted", "x")
+        .unwrap();
+    let other_snap = bed.dir.path().join("other.db");
+    other
+        .client()
+        .snapshot_save(&other.client_url(0), &other_snap, Duration::from_secs(30))
+        .unwrap();
+    let other_revision = other.client().endpoint_status().unwrap()[0].revision;
+    other.kill(0);
+    // Named now, so the newest; its metadata true to the content but for the cluster.
+    let fake = bed.upload(&other_snap, cluster, other_revision);
+    let fake_name = fake.rsplit('/').next().unwrap().to_string();
+    for args in [
+        vec!["backups", "verify", "latest"],
+        vec!["restore", "--from-backup", "latest", "--no-systemd"],
+    ] {
+        let (code, so, se) = bed.run(&args);
+        assert_eq!(code, Some(1), "{args:?}: {so}{se}");
+        assert!(se.starts_with("cluster-mismatch: "), "{args:?}: {se}");
+        assert!(
+            se.contains(&fake_name) && se.contains("but its content is not"),
+            "{args:?}: {se}"
+        );
+        serving(&bed);
+        bed.assert_no_scratch("another cluster's content under our name");
+    }
+    assert!(bed
+        .c
+        .client()
+        .get("/registry/secrets/planted")
+        .unwrap()
+        .is_none());
+    bed.client.delete(&fake).unwrap();
 
     // A configuration without [backup] says so.
     let elsewhere = bed.dir.path().join("plain");

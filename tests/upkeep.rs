@@ -1314,6 +1314,73 @@ fn skip_hash_check_still_checks_a_trailer_that_is_there() {
     assert_eq!(names_with(dir.path(), "data."), Vec::<String>::new());
 }
 
+/// `restore FILE` restores what it checked (issue 38: FILE swapped by another user
+/// between the checks and `etcdutl snapshot restore` was restored unchecked): a FILE in a
+/// folder group or others may write, or a symbolic link, is refused before anything
+/// changes; otherwise FILE is copied once into a root-only scratch folder of
+/// snapshot.dir, which is checked, restored and removed (the copy is said, and gone).
+#[test]
+fn restore_file_checks_and_restores_a_private_copy_and_refuses_a_file_others_could_swap() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch();
+    let mut c = Cluster::start("3.5.16", 1, "tok-copy");
+    c.client().put("key/0", "value 0").unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    let file = open.join("snap.db");
+    c.client()
+        .snapshot_save(&c.client_url(0), &file, Duration::from_secs(30))
+        .unwrap();
+    c.kill(0);
+    let cfg = config(&c, 0, dir.path(), "");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o775)).unwrap();
+    // The configured data dir (under `dir`), with old data to be moved aside.
+    let data = dir.path().join("data");
+    let marker = data.join("member/marker");
+    std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(&marker, "old").unwrap();
+    let out = restore_with(&file, &cfg, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(
+        se.starts_with(&format!(
+            "restore-failed: {}: the folder {} may be written by its group (mode 0775); \
+             another user could have put another file at its name",
+            file.display(),
+            open.display()
+        )),
+        "{se}"
+    );
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = restore_with(&link, &cfg, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(se.contains("it is a symbolic link"), "{se}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "old",
+        "data changed"
+    );
+
+    let out = restore_with(&file, &cfg, dir.path(), &["--cluster-check"], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}{se}");
+    let copy = so
+        .lines()
+        .find_map(|l| l.strip_prefix("its copy ")?.strip_suffix(" is removed"))
+        .unwrap_or_else(|| panic!("no copy said: {so}"));
+    assert!(
+        copy.contains("/.backup-scratch/") && copy.ends_with("/snap.db"),
+        "{so}"
+    );
+    assert!(!Path::new(copy).exists(), "{copy} left behind");
+    assert!(!marker.exists(), "not restored: {so}");
+    assert!(so.contains("old data dir moved to"), "{so}");
+}
+
 /// A snapshot of another cluster: restored with a warning naming both clusters; refused
 /// as `cluster-mismatch` with `--cluster-check` — by the members it holds (other
 /// addresses: another cluster; the same addresses with other member IDs, as another
@@ -1387,20 +1454,40 @@ fn a_snapshot_of_another_cluster_is_warned_about_and_refused_with_cluster_check(
         );
         assert!(!dir.path().join("data").exists());
     }
-    // Named for its cluster as `etcd-setup snapshot` names it.
-    let named = dir.path().join(format!(
-        "etcd-snapshot-{:016x}-m1-20261201T101500.000Z-rev2.db",
-        theirs.0
-    ));
-    std::fs::copy(&file, &named).unwrap();
-    let out = restore_with(&named, &cases[0].0, dir.path(), &["--cluster-check"], &[]);
-    let (so, se) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{so}{se}");
-    assert!(se.starts_with("cluster-mismatch: "), "{se}");
-    assert!(
-        se.contains(&format!("snapshot of cluster {theirs} (its name)")),
-        "{se}"
+    // Named for a cluster as `etcd-setup snapshot` names it: the name is a hint, the
+    // members decide (issue 38: another cluster's snapshot under this cluster's name was
+    // restored). Named for its own cluster, and named for this configuration's.
+    let ours = etcd_setup::cluster::etcd::cluster_id(
+        &[(
+            c.members[0].name.clone(),
+            format!("http://{other_ip}:{peer_port}"),
+        )],
+        "tok-theirs",
     );
+    for (id, says) in [
+        (
+            theirs,
+            format!("its name says cluster {theirs}, which is not proof"),
+        ),
+        (
+            ours,
+            format!("its name says cluster {ours}, this configuration's, which is not proof"),
+        ),
+    ] {
+        let named = dir.path().join(format!(
+            "etcd-snapshot-{:016x}-m1-20261201T101500.000Z-rev2.db",
+            id.0
+        ));
+        std::fs::copy(&file, &named).unwrap();
+        let out = restore_with(&named, &cases[1].0, dir.path(), &["--cluster-check"], &[]);
+        let (so, se) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{so}{se}");
+        assert!(se.starts_with("cluster-mismatch: "), "{se}");
+        assert!(se.contains("is a snapshot of another cluster"), "{se}");
+        assert!(se.contains(&says), "{se}");
+        assert!(!dir.path().join("data").exists());
+        std::fs::remove_file(&named).unwrap();
+    }
 
     // Without the check: restored, with the warning.
     let out = restore_with(&file, &cases[1].0, dir.path(), &[], &[]);

@@ -315,7 +315,7 @@ pub fn choose(
 
 /// A scratch folder of this process in `<snapshot.dir>/.backup-scratch/`, removed with
 /// what is in it when dropped.
-struct Scratch {
+pub struct Scratch {
     dir: PathBuf,
     file: PathBuf,
     _cleanup: Cleanup,
@@ -330,6 +330,13 @@ impl Drop for Scratch {
                 self.dir.display()
             );
         }
+    }
+}
+
+impl Scratch {
+    /// The scratch file.
+    pub fn file(&self) -> &Path {
+        &self.file
     }
 }
 
@@ -368,7 +375,8 @@ fn alive(name: &str) -> bool {
 
 /// A new scratch folder in `snapshot_dir`'s private `.backup-scratch/`, and the file
 /// `file_name` created in it (0600, exclusive); what dead processes left there removed.
-fn scratch(snapshot_dir: &Path, file_name: &str) -> Result<(Scratch, File), Failure> {
+/// Also where `restore FILE` copies FILE before checking it.
+pub fn scratch(snapshot_dir: &Path, file_name: &str) -> Result<(Scratch, File), Failure> {
     let top = Folder::open(snapshot_dir, "snapshot.dir")?.private(SCRATCH)?;
     for old in top.names() {
         if !alive(&old) {

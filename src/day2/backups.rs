@@ -236,14 +236,41 @@ pub fn prove(
     identity: Option<&Path>,
 ) -> Result<Proven, Failure> {
     let chosen = fetch::choose(b, client, cluster, which)?;
-    fetch::fetch(
+    let proven = fetch::fetch(
         b,
         client,
         chosen,
         identity_of(b, identity),
         &s.install_dir,
         &s.data.snapshot.dir,
-    )
+    )?;
+    // Its name and metadata say which cluster it is of, and any writer of the bucket
+    // chooses those (issue 38): the members it holds decide, for this configuration's
+    // cluster (`--cluster` is the operator's word for another one).
+    let configured = crate::cluster::etcd::cluster_id(&s.initial_cluster, &s.cluster_token);
+    if cluster == configured.0 {
+        let shown = fetch::shown(b, &proven.backup.backup.key);
+        match crate::member::identity::of_snapshot(proven.file(), s) {
+            crate::member::identity::Verdict::Same(_) => {}
+            crate::member::identity::Verdict::Other(why) => {
+                return Err(Failure::new(
+                    ReasonCode::ClusterMismatch,
+                    format!(
+                        "{shown} is named and described as a backup of cluster {configured}, \
+                         but its content is not: {why}. Someone who can write the bucket put \
+                         it there; it is not used"
+                    ),
+                ))
+            }
+            crate::member::identity::Verdict::Unknown(why) => eprintln!(
+                "etcd-setup: warning: {}",
+                crate::shared::printable::line(&format!(
+                    "{shown}: its content does not show which cluster it is of: {why}"
+                ))
+            ),
+        }
+    }
+    Ok(proven)
 }
 
 /// Records a verification's verdict in `backup.json` for status: a proof that passed, or
@@ -265,6 +292,7 @@ fn record_proof(
                     | ReasonCode::BackupTruncated
                     | ReasonCode::BackupDecryptFailed
                     | ReasonCode::BackupVerifyFailed
+                    | ReasonCode::ClusterMismatch
             ) =>
         {
             (asked.to_string(), Err(f))

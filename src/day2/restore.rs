@@ -10,6 +10,12 @@
 //! trial restore), before etcd is touched; that copy is then the FILE of the restore,
 //! named with the cluster ID of its metadata, and removed afterwards whatever happened.
 //!
+//! `restore FILE` restores what it checked (issue 38: a FILE another user could swap
+//! between the checks and `etcdutl snapshot restore` was): FILE is refused when a folder
+//! above it is not root's or may be written by group or others, opened once without
+//! following a link, and copied into the same kind of root-only scratch folder; the copy
+//! is checked, restored and removed.
+//!
 //! The command runs in the day-2 frame ([`super::frame`]): under the node lock (no `run`,
 //! upgrade, leave or second restore beside it), with its operation record, and with
 //! signals held from etcd's stop until its start.
@@ -59,6 +65,16 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                 }
                 None => None,
             };
+            let copied = match (&proven, &args.file) {
+                (None, Some(file)) => {
+                    f.step(
+                        &format!("copying {} to check and restore it", file.display()),
+                        false,
+                    );
+                    Some(private_copy(file, &s.data.snapshot.dir)?)
+                }
+                _ => None,
+            };
             let (file, shown) = match (&proven, &args.file) {
                 (Some(p), _) => (
                     p.file(),
@@ -67,7 +83,10 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                         &p.backup.backup.key,
                     ),
                 ),
-                (None, Some(file)) => (file.as_path(), file.display().to_string()),
+                (None, Some(file)) => (
+                    copied.as_ref().map_or(file.as_path(), |c| c.file()),
+                    file.display().to_string(),
+                ),
                 (None, None) => {
                     return Err(Failure::new(
                         ReasonCode::ConfigInvalid,
@@ -88,7 +107,17 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                 args.cluster_check,
                 &held,
                 SystemTime::now(),
-            )?;
+            )
+            .map_err(|mut f| {
+                // The operator named FILE, not its copy.
+                if let (Some(c), Some(given)) = (&copied, &args.file) {
+                    f.message = f.message.replace(
+                        &c.file().display().to_string(),
+                        &given.display().to_string(),
+                    );
+                }
+                f
+            })?;
             let mut lines = vec![format!(
                 "restored {shown} (revision {}, {} keys) into {} as a one-member cluster of {}",
                 r.revision,
@@ -97,6 +126,11 @@ pub fn command(args: &crate::cli::RestoreArgs) -> u8 {
                 s.node_name
             )];
             lines.push(r.aside_line());
+            if let Some(c) = copied {
+                let scratch = c.file().display().to_string();
+                drop(c);
+                lines.push(format!("its copy {scratch} is removed"));
+            }
             if let Some(p) = proven {
                 let scratch = p.file().display().to_string();
                 drop(p);
@@ -140,4 +174,86 @@ fn from_backup(
         ));
     }
     Ok(proven)
+}
+
+/// FILE copied into a root-only scratch folder of `snapshot_dir`, after refusing a FILE
+/// another user could have put another file at: a folder above it not root's, or one that
+/// group or others may write (a sticky /tmp too: anyone may create the name first), a
+/// symbolic link, anything but a regular file. The copy keeps FILE's name.
+fn private_copy(
+    file: &std::path::Path,
+    snapshot_dir: &std::path::Path,
+) -> Result<crate::backup::fetch::Scratch, Failure> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let refused = |why: String| {
+        Failure::new(
+            ReasonCode::RestoreFailed,
+            format!(
+                "{}: {why}; another user could have put another file at its name. Nothing was \
+                 changed: copy it into a folder of root's (`install -m 0600 FILE /root/`) and \
+                 restore that",
+                file.display()
+            ),
+        )
+    };
+    let absolute = std::path::absolute(file).map_err(|e| Failure::io(file, "cannot resolve", e))?;
+    let me = nix::unistd::geteuid().as_raw();
+    for up in absolute.ancestors().skip(1) {
+        let meta = std::fs::metadata(up).map_err(|e| Failure::io(up, "cannot inspect", e))?;
+        let mode = meta.mode() & 0o7777;
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(refused(format!(
+                "the folder {} is owned by uid {}",
+                up.display(),
+                meta.uid()
+            )));
+        }
+        if mode & 0o022 != 0 {
+            return Err(refused(format!(
+                "the folder {} may be written by {} (mode {mode:04o})",
+                up.display(),
+                if mode & 0o002 != 0 {
+                    "others"
+                } else {
+                    "its group"
+                }
+            )));
+        }
+    }
+    let mut src = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(&absolute)
+        .map_err(|e| match e.raw_os_error() {
+            Some(nix::libc::ELOOP) => refused("it is a symbolic link".into()),
+            _ => Failure::io(file, "cannot open", e),
+        })?;
+    let meta = src
+        .metadata()
+        .map_err(|e| Failure::io(file, "cannot inspect", e))?;
+    if !meta.is_file() {
+        return Err(Failure::new(
+            ReasonCode::RestoreFailed,
+            format!(
+                "{}: not a regular file; name a snapshot file",
+                file.display()
+            ),
+        ));
+    }
+    let name = absolute
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.starts_with('.') && n.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or("snapshot.db");
+    let (scratch, mut out) = crate::backup::fetch::scratch(snapshot_dir, name)?;
+    std::io::copy(&mut src, &mut out)
+        .and_then(|_| out.sync_all())
+        .map_err(|e| {
+            Failure::io(
+                scratch.file(),
+                &format!("cannot copy {} to", file.display()),
+                e,
+            )
+        })?;
+    Ok(scratch)
 }

@@ -1,16 +1,20 @@
 //! Which cluster a snapshot file is of, as far as it can be known without etcd.
 //!
 //! etcd keeps no cluster ID in its database (it lives in the WAL, which a snapshot has
-//! not), and `snapshot status` says only hash, revision and keys. Two things tell:
-//! - the file's name, when `etcd-setup snapshot` wrote it
-//!   (`etcd-snapshot-<cluster ID, 16 hex>-<member>-<time>-rev<N>.db`): the ID etcd gave;
-//! - the database's `members` bucket (read by [`super::bolt`]): the members the cluster
-//!   had, each with its ID. A member bootstrapped by `initial_cluster` has the ID etcd
-//!   derives from its peer URLs and the token (see `cluster::etcd::id`), and so has the
-//!   member a restore made: one of them in the snapshot means this configuration's
-//!   cluster. Members added later (joins) get IDs of their own; a snapshot whose members
-//!   share no ID but a peer URL with the configuration cannot be told apart from another
-//!   cluster on the same addresses, and is `Unknown`.
+//! not), and `snapshot status` says only hash, revision and keys. What decides is the
+//! content: the database's `members` bucket (read by [`super::bolt`]), the members the
+//! cluster had, each with its ID. A member bootstrapped by `initial_cluster` has the ID
+//! etcd derives from its peer URLs and the token (see `cluster::etcd::id`), and so has the
+//! member a restore made: one of them in the snapshot means this configuration's cluster;
+//! members that share neither an ID nor a peer URL with the configuration mean another
+//! cluster. Members added later (joins) get IDs of their own; a snapshot whose members
+//! share no ID but a peer URL with the configuration cannot be told apart from another
+//! cluster on the same addresses, and is `Unknown`.
+//!
+//! The file's name (`etcd-snapshot-<cluster ID, 16 hex>-<member>-<time>-rev<N>.db`, as
+//! `etcd-setup snapshot` and a backup's scratch copy are named) is only a hint, said
+//! beside the verdict: anyone who can write a folder or a bucket can choose a name (issue
+//! 38: another cluster's snapshot uploaded under this cluster's name was restored).
 
 use super::bolt::Db;
 use crate::cluster::etcd::{cluster_id, member_id, Id};
@@ -99,8 +103,31 @@ fn members_of(file: &Path) -> Result<Vec<(String, Id, Vec<String>)>, String> {
     Ok(v)
 }
 
-/// Which cluster `file` is of, against `s`.
+/// Which cluster `file` is of, against `s`, by its content; the cluster its name
+/// carries, if any, is said beside (and named as a mismatch when it disagrees).
 pub fn of_snapshot(file: &Path, s: &Settings) -> Verdict {
+    let ours_id = cluster_id(&s.initial_cluster, &s.cluster_token);
+    let verdict = by_content(file, s);
+    let Some(named) = cluster_in_name(file) else {
+        return verdict;
+    };
+    let hint = if named == ours_id {
+        format!("its name says cluster {named}, this configuration's")
+    } else {
+        format!("its name says cluster {named}")
+    };
+    match verdict {
+        Verdict::Same(why) if named != ours_id => Verdict::Same(format!(
+            "{why} (its name says cluster {named}, not {ours_id}: renamed or misnamed)"
+        )),
+        Verdict::Same(why) => Verdict::Same(why),
+        Verdict::Other(why) => Verdict::Other(format!("{why}; {hint}, which is not proof")),
+        Verdict::Unknown(why) => Verdict::Unknown(format!("{why}; {hint}, which is not proof")),
+    }
+}
+
+/// [`of_snapshot`]'s verdict from the members bucket alone.
+fn by_content(file: &Path, s: &Settings) -> Verdict {
     let ours = configured(s);
     let ours_id = cluster_id(&s.initial_cluster, &s.cluster_token);
     let this = format!(
@@ -108,16 +135,6 @@ pub fn of_snapshot(file: &Path, s: &Settings) -> Verdict {
          members {})",
         list(&ours)
     );
-    if let Some(named) = cluster_in_name(file) {
-        return if named == ours_id {
-            Verdict::Same(format!("its name carries cluster {named}"))
-        } else {
-            Verdict::Other(format!(
-                "{} is a snapshot of cluster {named} (its name), not of {this}",
-                file.display()
-            ))
-        };
-    }
     let theirs = match members_of(file) {
         Ok(m) if m.is_empty() => {
             return Verdict::Unknown(format!(
