@@ -130,28 +130,34 @@ fn a_run_stopped_while_waiting_for_the_lock_writes_nothing() {
     }
 }
 
-/// A configuration etcd's sandbox cannot honour (a TLS file under /home, hidden by
-/// `ProtectHome=`) fails `config-invalid` at once, naming the key the operator wrote:
-/// before the lock, before the ISO wait, before anything is installed.
-#[test]
-fn a_tls_file_under_home_is_config_invalid_before_any_wait() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (run, lib) = (dir.path().join("run"), dir.path().join("lib"));
-    let failed = dir.path().join("failed");
-    let config = dir.path().join("config.toml");
+/// `run` with a configuration of node etcd-1 on 127.0.0.1 whose `initial_cluster` URL is
+/// `peer_url`, `extra` TOML appended, and `files` (name, text) written beside it: that it
+/// exits 3 at once, the failure file's first line, and that it never waited for the ISO
+/// nor took the lock. Returns the first line and the config's folder (removed on drop).
+fn refused_at_once(
+    peer_url: &str,
+    extra: &str,
+    files: &[(&str, &str)],
+) -> (String, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let (run, lib) = (dir.join("run"), dir.join("lib"));
+    let failed = dir.join("failed");
+    let config = dir.join("config.toml");
     std::fs::write(
         &config,
         format!(
             "[node]\nname = \"etcd-1\"\nip = \"127.0.0.1\"\n\
-             [etcd]\ninitial_cluster = \"etcd-1=https://127.0.0.1:2380\"\ncluster_token = \"t\"\n\
+             [etcd]\ninitial_cluster = \"etcd-1={peer_url}\"\ncluster_token = \"t\"\n\
              [iso]\nwait = \"10min\"\n\
-             [report]\nfailure_file = \"{}\"\nowner = \"root\"\n\
-             [tls]\npeer_cert = \"/home/cloud/pki/peer.crt\"\n\
-             peer_key = \"/home/cloud/pki/peer.key\"\npeer_trusted_ca = \"/home/cloud/pki/ca.crt\"\n",
+             [report]\nfailure_file = \"{}\"\nowner = \"root\"\n{extra}",
             failed.display()
         ),
     )
     .expect("config");
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).expect(name);
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
         .args(["run", "--config"])
         .arg(&config)
@@ -164,18 +170,32 @@ fn a_tls_file_under_home_is_config_invalid_before_any_wait() {
         .expect("run etcd-setup run");
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let text = std::fs::read_to_string(&failed).expect("failure file");
-    let first = text.lines().next().unwrap_or_default();
-    assert!(
-        first.starts_with(&format!(
-            "config-invalid: {}: tls.peer_cert: /home/cloud/pki/peer.crt lies under /home",
-            config.display()
-        )),
-        "{first}"
-    );
     // The run never got as far as waiting for the ISO, nor took the lock.
     let state = std::fs::read_to_string(run.join("state.json")).expect("live state");
     assert!(!state.contains("waiting-for-iso"), "{state}");
     assert!(!run.join("run.lock").exists(), "the lock was taken");
+    let first = text.lines().next().unwrap_or_default().to_string();
+    (first, tmp)
+}
+
+/// A configuration etcd's sandbox cannot honour (a TLS file under /home, hidden by
+/// `ProtectHome=`) fails `config-invalid` at once, naming the key the operator wrote:
+/// before the lock, before the ISO wait, before anything is installed.
+#[test]
+fn a_tls_file_under_home_is_config_invalid_before_any_wait() {
+    let (first, dir) = refused_at_once(
+        "https://127.0.0.1:2380",
+        "[tls]\npeer_cert = \"/home/cloud/pki/peer.crt\"\n\
+         peer_key = \"/home/cloud/pki/peer.key\"\npeer_trusted_ca = \"/home/cloud/pki/ca.crt\"\n",
+        &[],
+    );
+    assert!(
+        first.starts_with(&format!(
+            "config-invalid: {}: tls.peer_cert: /home/cloud/pki/peer.crt lies under /home",
+            dir.path().join("config.toml").display()
+        )),
+        "{first}"
+    );
 }
 
 /// The operator's advisories beside the configuration (issue 37) are read with it: an
@@ -183,50 +203,22 @@ fn a_tls_file_under_home_is_config_invalid_before_any_wait() {
 /// before the ISO wait, since it decides what the node refuses.
 #[test]
 fn an_unsound_advisories_file_beside_the_config_is_config_invalid_before_any_wait() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (run, lib) = (dir.path().join("run"), dir.path().join("lib"));
-    let failed = dir.path().join("failed");
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[node]\nname = \"etcd-1\"\nip = \"127.0.0.1\"\n\
-             [etcd]\ninitial_cluster = \"etcd-1=http://127.0.0.1:2380\"\ncluster_token = \"t\"\n\
-             [iso]\nwait = \"10min\"\n\
-             [report]\nfailure_file = \"{}\"\nowner = \"root\"\n",
-            failed.display()
-        ),
-    )
-    .expect("config");
-    let advisories = dir.path().join("advisories.toml");
-    std::fs::write(
-        &advisories,
-        "[[advisory]]\nid = \"site-1\"\nfirst = \"3.6\"\nlast = \"3.6.16\"\n\
-         severity = \"data-safety\"\nsummary = \"s\"\nsource = \"etcd\"\n",
-    )
-    .expect("advisories");
-    let out = Command::new(env!("CARGO_BIN_EXE_etcd-setup"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .arg("--run-dir")
-        .arg(&run)
-        .arg("--state-dir")
-        .arg(&lib)
-        .env_remove("JOURNAL_STREAM")
-        .output()
-        .expect("run etcd-setup run");
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let text = std::fs::read_to_string(&failed).expect("failure file");
-    let first = text.lines().next().unwrap_or_default();
+    let (first, dir) = refused_at_once(
+        "http://127.0.0.1:2380",
+        "",
+        &[(
+            "advisories.toml",
+            "[[advisory]]\nid = \"site-1\"\nfirst = \"3.6\"\nlast = \"3.6.16\"\n\
+             severity = \"data-safety\"\nsummary = \"s\"\nsource = \"etcd\"\n",
+        )],
+    );
     assert!(
         first.starts_with(&format!(
             "config-invalid: {}: site-1: \"3.6\" is not MAJOR.MINOR.PATCH",
-            advisories.display()
+            dir.path().join("advisories.toml").display()
         )),
         "{first}"
     );
-    let state = std::fs::read_to_string(run.join("state.json")).expect("live state");
-    assert!(!state.contains("waiting-for-iso"), "{state}");
 }
 
 #[test]
