@@ -120,8 +120,9 @@ pub mod backups {
     /// Listed; or (`verify`) the backup was fetched, decrypted and proven by a trial
     /// restore; or (`verify --if-configured`) this node cannot verify, and said why.
     pub const OK: u8 = 0;
-    /// The bucket could not be asked (the store's `backup-*` codes), no such backup, or
-    /// the node could not do its part (disk-full); the reason is printed.
+    /// The bucket could not be asked (the store's `backup-*` codes), no such backup, a
+    /// backup of another cluster (`cluster-mismatch`), or the node could not do its part
+    /// (disk-full); the reason is printed.
     pub const FAILED: u8 = 1;
     /// The configuration file is missing or invalid, has no `[backup]`, or no identity
     /// is named for an encrypted backup.
@@ -449,7 +450,7 @@ pub const BACKUPS: Table = Table {
         ),
         code(
             backups::FAILED,
-            "the bucket could not be asked (backup-unreachable, backup-tls-refused, backup-denied, backup-bucket-missing, backup-clock-skew, backup-failed), no such backup (backup-not-found), or disk-full; the reason is printed",
+            "the bucket could not be asked (backup-unreachable, backup-tls-refused, backup-denied, backup-bucket-missing, backup-clock-skew, backup-failed), no such backup (backup-not-found), a backup that is another cluster's by its metadata or its content (cluster-mismatch), or disk-full; the reason is printed",
         ),
         code(USAGE, "the command line is wrong"),
         code(
