@@ -380,9 +380,19 @@ fn take_turn(
         let (said, view) = check_all_patiently(f, client, node, args, true)?;
         let leads = view.iter().any(|m| m.is_self && m.is_leader);
         // Others waiting for the lock hold keys under its prefix beside the holder's.
-        let waiting = locker
-            .count_prefix(&format!("{LOCK_NAME}/"))
-            .map_or(0, |n| n.saturating_sub(1));
+        // A count that cannot be read is not "nobody waits": a leader asks again (within
+        // --leader-wait) rather than go first unseen.
+        let waiting = match locker.count_prefix(&format!("{LOCK_NAME}/")) {
+            Ok(n) => n.saturating_sub(1),
+            Err(e) if leads => {
+                eprintln!(
+                    "etcd-setup rotate-ca: cannot count the members waiting for {LOCK_NAME} \
+                     ({e}); as the leader, asking again after them"
+                );
+                1
+            }
+            Err(_) => 0,
+        };
         if leads && waiting > 0 && started.elapsed() < args.leader_wait {
             lock.release();
             f.step(
