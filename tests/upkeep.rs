@@ -1316,8 +1316,8 @@ fn skip_hash_check_still_checks_a_trailer_that_is_there() {
 
 /// `restore FILE` restores what it checked (issue 38: FILE swapped by another user
 /// between the checks and `etcdutl snapshot restore` was restored unchecked): a FILE in a
-/// folder group or others may write, or a symbolic link, is refused before anything
-/// changes; otherwise FILE is copied once into a root-only scratch folder of
+/// folder group or others may write (also when a link leads there), or a symbolic link,
+/// is refused before anything changes; otherwise FILE is copied once into a root-only scratch folder of
 /// snapshot.dir, which is checked, restored and removed (the copy is said, and gone).
 #[test]
 fn restore_file_checks_and_restores_a_private_copy_and_refuses_a_file_others_could_swap() {
@@ -1348,6 +1348,23 @@ fn restore_file_checks_and_restores_a_private_copy_and_refuses_a_file_others_cou
             "restore-failed: {}: the folder {} may be written by its group (mode 0775); \
              another user could have put another file at its name",
             file.display(),
+            open.display()
+        )),
+        "{se}"
+    );
+    // Reached through a link to a folder that is fine, inside one that is not.
+    let inner = open.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::copy(&file, inner.join("snap.db")).unwrap();
+    let via = dir.path().join("via");
+    std::os::unix::fs::symlink(&inner, &via).unwrap();
+    let out = restore_with(&via.join("snap.db"), &cfg, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(
+        se.contains(&format!(
+            "the folder {} may be written by its group (mode 0775)",
             open.display()
         )),
         "{se}"

@@ -177,9 +177,10 @@ fn from_backup(
 }
 
 /// FILE copied into a root-only scratch folder of `snapshot_dir`, after refusing a FILE
-/// another user could have put another file at: a folder above it not root's, or one that
-/// group or others may write (a sticky /tmp too: anyone may create the name first), a
-/// symbolic link, anything but a regular file. The copy keeps FILE's name.
+/// another user could have put another file at: a folder above it (as written, and as its
+/// links resolve) not root's, or one that group or others may write (a sticky /tmp too:
+/// anyone may create the name first), a symbolic link, anything but a regular file. The
+/// copy keeps FILE's name.
 fn private_copy(
     file: &std::path::Path,
     snapshot_dir: &std::path::Path,
@@ -196,9 +197,19 @@ fn private_copy(
             ),
         )
     };
-    let absolute = std::path::absolute(file).map_err(|e| Failure::io(file, "cannot resolve", e))?;
+    let given = std::path::absolute(file).map_err(|e| Failure::io(file, "cannot resolve", e))?;
+    // The folders as written and as they resolve (a link among them leads elsewhere):
+    // both chains must be root's.
+    let folder = given.parent().unwrap_or(std::path::Path::new("/"));
+    let real =
+        std::fs::canonicalize(folder).map_err(|e| Failure::io(folder, "cannot resolve", e))?;
+    let absolute = real.join(given.file_name().unwrap_or_default());
     let me = nix::unistd::geteuid().as_raw();
-    for up in absolute.ancestors().skip(1) {
+    for up in given
+        .ancestors()
+        .skip(1)
+        .chain(absolute.ancestors().skip(1))
+    {
         let meta = std::fs::metadata(up).map_err(|e| Failure::io(up, "cannot inspect", e))?;
         let mode = meta.mode() & 0o7777;
         if meta.uid() != me && meta.uid() != 0 {
