@@ -544,7 +544,7 @@ fn the_operators_advisories_add_and_replace_entries_and_a_writable_file_is_refus
     let text = stdout(&out);
     assert!(
         text.starts_with(&format!(
-            "etcd-setup check: config-invalid: {}: has mode 0664; others may write it",
+            "config-invalid: {}: has mode 0664; others may write it",
             file.display()
         )),
         "{text}"

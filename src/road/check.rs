@@ -23,7 +23,7 @@ pub fn command(args: &CheckArgs) -> u8 {
         ..Policy::default()
     };
     if let Err(e) = crate::shared::advisory::load_operator_file(&args.advisories) {
-        output::line(&format!("etcd-setup check: config-invalid: {e}"));
+        output::line(&format!("config-invalid: {e}"));
         return exit::check::FAILED;
     }
     let tmp = std::env::temp_dir();
