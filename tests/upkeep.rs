@@ -1372,6 +1372,16 @@ fn restore_file_checks_and_restores_a_private_copy_and_refuses_a_file_others_cou
     let link = dir.path().join("link.db");
     std::os::unix::fs::symlink(&file, &link).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = restore_with(&open.join("absent.db"), &cfg, dir.path(), &[], &[]);
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}{se}");
+    assert!(
+        se.starts_with(&format!(
+            "restore-failed: {}: no such file; nothing was changed",
+            open.join("absent.db").display()
+        )),
+        "{se}"
+    );
     let out = restore_with(&link, &cfg, dir.path(), &[], &[]);
     let (so, se) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{so}{se}");

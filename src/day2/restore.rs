@@ -201,8 +201,17 @@ fn private_copy(
     // The folders as written and as they resolve (a link among them leads elsewhere):
     // both chains must be root's.
     let folder = given.parent().unwrap_or(std::path::Path::new("/"));
-    let real =
-        std::fs::canonicalize(folder).map_err(|e| Failure::io(folder, "cannot resolve", e))?;
+    let real = std::fs::canonicalize(folder).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Failure::new(
+            ReasonCode::RestoreFailed,
+            format!(
+                "{}: no such folder {}; nothing was changed",
+                file.display(),
+                folder.display()
+            ),
+        ),
+        _ => Failure::io(folder, "cannot resolve", e),
+    })?;
     let absolute = real.join(given.file_name().unwrap_or_default());
     let me = nix::unistd::geteuid().as_raw();
     for up in given
@@ -237,6 +246,10 @@ fn private_copy(
         .open(&absolute)
         .map_err(|e| match e.raw_os_error() {
             Some(nix::libc::ELOOP) => refused("it is a symbolic link".into()),
+            Some(nix::libc::ENOENT) => Failure::new(
+                ReasonCode::RestoreFailed,
+                format!("{}: no such file; nothing was changed", file.display()),
+            ),
             _ => Failure::io(file, "cannot open", e),
         })?;
     let meta = src
