@@ -46,7 +46,15 @@ struct Server {
 impl Server {
     /// A server reading the configuration `config` (none when `None`).
     fn start(config: Option<&str>) -> Server {
+        Server::start_beside(config, &[])
+    }
+
+    /// [`Server::start`] with `files` (name, text) written beside the configuration.
+    fn start_beside(config: Option<&str>, files: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
         // The unprivileged client must reach the socket inside.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let socket = dir.path().join("status.sock");
@@ -466,6 +474,19 @@ fn others_than_root_and_the_group_are_refused_by_name() {
 #[test]
 fn members_of_the_configured_group_are_allowed() {
     let server = Server::start(Some(&config("nogroup")));
+    let out = status_as_nobody(&server);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(text(&out).starts_with("not-started: "));
+}
+
+/// An unsound advisories file beside the configuration fails every command that reads
+/// it, but not the status server's answers: the configured group still may ask.
+#[test]
+fn a_bad_advisories_file_does_not_change_who_may_ask() {
+    let server = Server::start_beside(
+        Some(&config("nogroup")),
+        &[("advisories.toml", "[[advisory]]\nid = \"x\"\n")],
+    );
     let out = status_as_nobody(&server);
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     assert!(text(&out).starts_with("not-started: "));

@@ -234,15 +234,29 @@ impl Default for Limits {
 /// (keys, recipients: [`BackupSettings::check_files`]), and the operator's advisories
 /// beside it ([`crate::shared::advisory::load_operator_file`]; none when it is missing).
 pub fn load(path: &Path) -> Result<Settings, Failure> {
+    let settings = load_settings(path)?;
+    load_advisories_beside(path)?;
+    Ok(settings)
+}
+
+/// [`load`] without the operator's advisories: for the status server, which must answer
+/// with the configured group and ports whatever that file holds.
+pub fn load_settings(path: &Path) -> Result<Settings, Failure> {
     let text = read_text(path)?;
     let settings = parse(&text, path)?;
     if let Some(backup) = &settings.backup {
         backup.check_files()?;
     }
+    Ok(settings)
+}
+
+/// The operator's advisories beside the configuration file at `path`
+/// ([`crate::shared::advisory::load_operator_file`]): `config-invalid` naming the file.
+pub fn load_advisories_beside(path: &Path) -> Result<(), Failure> {
     let advisories = path.with_file_name(crate::shared::advisory::OPERATOR_FILE);
     crate::shared::advisory::load_operator_file(&advisories)
-        .map_err(|e| Failure::new(crate::reason::ReasonCode::ConfigInvalid, e))?;
-    Ok(settings)
+        .map(drop)
+        .map_err(|e| Failure::new(crate::reason::ReasonCode::ConfigInvalid, e))
 }
 
 /// Validates configuration `text`; `path` names the file in messages.

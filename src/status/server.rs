@@ -681,7 +681,16 @@ fn system_live(metrics_port: u16, role: Option<super::live::RoleSource>) -> Syst
 /// (defaults when it is missing or bad: the server must answer why anyway), takes the
 /// socket from systemd or binds `--socket`, and serves until idle. Returns the exit code.
 pub fn command(args: &ServeStatusArgs) -> u8 {
-    let (group, metrics_port, tls, role, backup_period) = match config::load(&args.config) {
+    // The operator's advisories are read best effort: a bad file is every command's
+    // `config-invalid`, but the server answers with the configured group and ports.
+    if let Err(f) = config::load_advisories_beside(&args.config) {
+        eprintln!(
+            "etcd-setup serve-status: {}",
+            crate::shared::printable::line(&f.headline())
+        );
+    }
+    let (group, metrics_port, tls, role, backup_period) = match config::load_settings(&args.config)
+    {
         Ok(s) => {
             let tls = config::certs::Policy::of(&s);
             let role = super::live::role_source(&s);
