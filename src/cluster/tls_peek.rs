@@ -14,14 +14,69 @@ use std::time::{Duration, Instant};
 /// The most read from the server before its Certificate message must have come.
 const MAX_READ: usize = 256 * 1024;
 
+/// Why [`served_chain`] read no chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeekError {
+    /// Nothing answered: no connection, or it was closed or reset before any TLS record
+    /// (a server down or restarting), which says nothing of the certificate it serves.
+    NoAnswer(String),
+    /// The server answered with something other than a chain to read.
+    Answered(String),
+}
+
+impl std::fmt::Display for PeekError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeekError::NoAnswer(w) | PeekError::Answered(w) => f.write_str(w),
+        }
+    }
+}
+
 /// The DER certificates `addr` presents (the leaf first), within `limit`.
-pub fn served_chain(addr: SocketAddr, limit: Duration) -> Result<Vec<Vec<u8>>, String> {
+pub fn served_chain(addr: SocketAddr, limit: Duration) -> Result<Vec<Vec<u8>>, PeekError> {
+    let mut s = TcpStream::connect_timeout(&addr, limit)
+        .map_err(|e| PeekError::NoAnswer(format!("connect: {e}")))?;
+    read_chain(&mut s, limit).map_err(|e| match e {
+        Short::Closed => {
+            PeekError::NoAnswer("the server closed the connection before its certificate".into())
+        }
+        Short::Other(w) => PeekError::Answered(w),
+    })
+}
+
+/// What [`read_chain`] can end in short of a chain.
+enum Short {
+    /// Closed or cut by the server before any TLS record came.
+    Closed,
+    Other(String),
+}
+
+impl From<String> for Short {
+    fn from(w: String) -> Short {
+        Short::Other(w)
+    }
+}
+
+/// A connection cut by the other end (reset, aborted, a broken pipe).
+fn cut(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+    )
+}
+
+fn read_chain(s: &mut TcpStream, limit: Duration) -> Result<Vec<Vec<u8>>, Short> {
     let deadline = Instant::now() + limit;
-    let mut s = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("connect: {e}"))?;
     s.set_write_timeout(Some(limit))
         .map_err(|e| e.to_string())?;
-    s.write_all(&client_hello())
-        .map_err(|e| format!("send the ClientHello: {e}"))?;
+    s.write_all(&client_hello()).map_err(|e| {
+        if cut(&e) {
+            Short::Closed
+        } else {
+            format!("send the ClientHello: {e}").into()
+        }
+    })?;
     let mut handshake = Vec::new();
     let mut buf = Vec::new();
     loop {
@@ -35,26 +90,37 @@ pub fn served_chain(addr: SocketAddr, limit: Duration) -> Result<Vec<Vec<u8>>, S
             buf.drain(..5 + len);
             match kind {
                 22 => handshake.extend_from_slice(&body),
-                21 => return Err(alert(&body)),
-                other => return Err(format!("unexpected TLS record type {other}")),
+                21 => return Err(alert(&body).into()),
+                other => return Err(format!("unexpected TLS record type {other}").into()),
             }
         }
         if let Some(chain) = certificate(&handshake)? {
             return Ok(chain);
         }
         if buf.len() + handshake.len() > MAX_READ {
-            return Err("no Certificate message in the server's first 256 KiB".into());
+            return Err("no Certificate message in the server's first 256 KiB"
+                .to_string()
+                .into());
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("no certificate within {} s", limit.as_secs()));
+            return Err(format!("no certificate within {} s", limit.as_secs()).into());
         }
         s.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
         let mut chunk = [0u8; 16 * 1024];
         match s.read(&mut chunk) {
-            Ok(0) => return Err("the server closed the connection before its certificate".into()),
+            // Closed before any record: nothing answered. After one: an answer cut short.
+            Ok(0) if handshake.is_empty() && buf.is_empty() => return Err(Short::Closed),
+            Ok(0) => {
+                return Err("the server closed the connection before its certificate"
+                    .to_string()
+                    .into())
+            }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(format!("read: {e}")),
+            Err(e) if cut(&e) && handshake.is_empty() && buf.is_empty() => {
+                return Err(Short::Closed)
+            }
+            Err(e) => return Err(format!("read: {e}").into()),
         }
     }
 }
@@ -189,6 +255,47 @@ mod tests {
         hs.extend(body);
         assert_eq!(certificate(&hs[..hs.len() - 1]).unwrap(), None);
         assert_eq!(certificate(&hs).unwrap(), Some(certs.to_vec()));
+    }
+
+    /// Nothing listening, or a server that closes before any record (etcd restarting),
+    /// is no answer; one that answers with something else is an answer (rotate-ca asks
+    /// again after the first, refuses after the second).
+    #[test]
+    fn a_closed_port_or_a_close_before_any_record_is_no_answer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limit = Duration::from_secs(5);
+        let server = std::thread::spawn(move || {
+            for reply in [&b""[..], &[21, 3, 3, 0, 2, 2, 40][..]] {
+                let (mut c, _) = listener.accept().unwrap();
+                // The whole ClientHello read first, so the close is a FIN, not a reset.
+                let mut hello = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while hello.len() < 5
+                    || hello.len() < 5 + usize::from(u16::from_be_bytes([hello[3], hello[4]]))
+                {
+                    let n = c.read(&mut chunk).unwrap();
+                    assert!(n > 0, "the client closed first");
+                    hello.extend_from_slice(&chunk[..n]);
+                }
+                c.write_all(reply).unwrap();
+            }
+        });
+        assert!(matches!(
+            served_chain(addr, limit),
+            Err(PeekError::NoAnswer(_))
+        ));
+        let answered = served_chain(addr, limit).unwrap_err();
+        assert!(
+            matches!(&answered, PeekError::Answered(w) if w.contains("handshake_failure")),
+            "{answered}"
+        );
+        server.join().unwrap();
+        // The listener is gone: nobody at that port.
+        assert!(matches!(
+            served_chain(addr, limit),
+            Err(PeekError::NoAnswer(w)) if w.starts_with("connect: ")
+        ));
     }
 
     #[test]

@@ -153,10 +153,7 @@ fn check_peers(
                 // turn (another rotate-ca), not a certificate of another CA. Asked again
                 // under --health-wait like any member down (seen on c3's VMs: the
                 // second member's check hit the first's restart and failed at once).
-                Err(why)
-                    if why.starts_with("connect: ")
-                        || why.starts_with("the server closed the connection") =>
-                {
+                Err(tls_peek::PeekError::NoAnswer(why)) => {
                     return Err(unhealthy(format!(
                         "member {} at {url} did not serve its certificate ({why}): it is \
                          restarting or down",
