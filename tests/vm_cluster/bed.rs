@@ -414,50 +414,10 @@ impl Cluster {
         }
     }
 
-    /// Destroys node `i`'s VM and boots a new one from a fresh overlay, with the same
-    /// name, address and cloud-config (but `token`), as the platform recreates a node
-    /// whose host died. Its answers go on in the same timeline. Returns the host time the
-    /// old VM went away.
-    pub fn recreate(&mut self, i: usize, token: &str) -> f64 {
-        self.recreate_with(i, token, |_| {})
-    }
-
-    /// [`Cluster::recreate`], the new VM's spec changed by `edit` first (other
-    /// write_files, say).
-    pub fn recreate_with(&mut self, i: usize, token: &str, edit: impl FnOnce(&mut VmSpec)) -> f64 {
-        let began = unix_now();
-        let image = Image::from_env();
-        let (name, ip) = (self.nodes[i].name.clone(), self.nodes[i].ip.clone());
-        self.nodes[i].stop_polling();
-        let mut spec = node_spec(
-            &self.hub,
-            i,
-            &name,
-            &ip,
-            &self.initial_cluster,
-            token,
-            self.additions,
-        );
-        spec.guest_forwards = self.forwards.clone();
-        edit(&mut spec);
-        // The old qemu must be gone before the new one takes its hub port and folder.
-        drop(self.nodes[i].vm.take());
-        self.hub.free_port(i);
-        let mut vm = Vm::boot(&image, spec);
-        let to_ssh = vm.wait_ssh(Duration::from_secs(400)).as_secs_f64();
-        self.nodes[i].vm = Some(vm);
-        self.nodes[i].start_polling();
-        report(&format!(
-            "cluster {}: {name} recreated from a fresh overlay (token {token}), SSH after {to_ssh:.1} s",
-            self.tag
-        ));
-        began
-    }
-
     /// Node `i` made a fresh node again in its own VM, for scenarios about what a first
-    /// run decides (another token, another CA) rather than about the platform recreating
-    /// the VM, which [`Cluster::recreate`] shows (c1's rejoin): a boot under TCG costs
-    /// 100–260 s beside load, in the cluster stream, CI's longest. etcd is stopped and
+    /// run decides (a rejoin, another token, another CA) rather than about the platform's
+    /// boot of a new VM, which c1's total loss shows ([`Cluster::recreate_all`]): a boot
+    /// under TCG costs 100–260 s beside load, in the cluster stream, CI's longest. etcd is stopped and
     /// disabled, and what a recreated VM's first run would not find is
     /// removed: etcd's binaries, environment and data, every etcd-setup state and failure
     /// file (the package's folders and the status socket stay, as on a new disk).

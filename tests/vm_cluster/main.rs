@@ -7,9 +7,9 @@
 //! SSH with `etcd-setup status --format json`, as the management server does, and prints
 //! each node's timeline. Then: etcdctl sees three started members and a healthy cluster;
 //! `status` against `systemctl is-active etcd` in the guest; etcd made to crash
-//! repeatedly on one node. Then day 2 on the same cluster: that node's VM is destroyed and
-//! recreated from a fresh overlay with the same cloud-config and rejoins by itself, leaves
-//! again, a second leave is refused by the quorum guard, and that node, made fresh again
+//! repeatedly on one node. Then day 2 on the same cluster: that node is made anew in place
+//! (nothing of etcd or etcd-setup left, the drive empty until the ISO is attached again)
+//! with the same cloud-config and rejoins by itself, leaves again, a second leave is refused by the quorum guard, and that node, made fresh again
 //! in place and configured with another cluster token, is refused. A TLS cluster refuses a
 //! node made fresh in place with a foreign CA. A
 //! third cluster has one node whose ISO lacks etcd (then mended), is upgraded from 3.4 to
