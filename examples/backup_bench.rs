@@ -936,7 +936,7 @@ identity_file = "{identity}"
             let (mut rx, mut tx) = std::io::pipe().unwrap();
             let opened = std::thread::scope(|s| {
                 let get = s.spawn(|| {
-                    let got = client.get(&key, &mut tx);
+                    let got = client.get(&key, head.size, &mut tx);
                     drop(tx);
                     got
                 });
@@ -989,7 +989,7 @@ identity_file = "{identity}"
         let mut out = std::fs::File::create(&restored).unwrap();
         std::thread::scope(|s| {
             let get = s.spawn(|| {
-                let got = client.get(&key, &mut tx);
+                let got = client.get(&key, head.size, &mut tx);
                 drop(tx);
                 got
             });

@@ -248,7 +248,9 @@ impl Bed {
 
     fn object(&self, key: &str) -> Vec<u8> {
         let mut out = Vec::new();
-        self.client.get(key, &mut out).unwrap();
+        self.client
+            .get(key, self.client.head(key).unwrap().unwrap().size, &mut out)
+            .unwrap();
         out
     }
 }

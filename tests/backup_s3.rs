@@ -89,7 +89,13 @@ fn a_small_object_goes_up_in_one_put_and_comes_back_with_its_digest_and_metadata
     assert_eq!(sent.object.sha256, sha(&body));
     assert_eq!(sent.parts, [sent.object], "one PUT, one part");
     let mut back = Vec::new();
-    let got = c.get("small/one.db", &mut back).unwrap();
+    let got = c
+        .get(
+            "small/one.db",
+            c.head("small/one.db").unwrap().unwrap().size,
+            &mut back,
+        )
+        .unwrap();
     assert_eq!(got, sent.object);
     assert_eq!(back, body);
     let read = c.read_back("small/one.db", &sent.parts).unwrap();
@@ -116,7 +122,13 @@ fn a_large_object_goes_up_in_parts_and_comes_back_whole() {
     let sent = up.finish().unwrap();
     assert_eq!(sent.object.len, body.len() as u64);
     let mut back = Vec::new();
-    let got = c.get("large/five-parts.db", &mut back).unwrap();
+    let got = c
+        .get(
+            "large/five-parts.db",
+            c.head("large/five-parts.db").unwrap().unwrap().size,
+            &mut back,
+        )
+        .unwrap();
     assert_eq!(got.sha256, sha(&body));
     assert_eq!(
         sent.object.sha256,
@@ -324,7 +336,12 @@ fn https_works_with_the_ca_file_and_is_refused_without_it() {
     up.write_all(b"over tls").unwrap();
     let sent = up.finish().unwrap();
     let mut back = Vec::new();
-    c.get("tls/one.db", &mut back).unwrap();
+    c.get(
+        "tls/one.db",
+        c.head("tls/one.db").unwrap().unwrap().size,
+        &mut back,
+    )
+    .unwrap();
     assert_eq!(back, b"over tls");
     let read = c.read_back("tls/one.db", &sent.parts).unwrap();
     assert_eq!((read[0].got, read[0].object_size), (sent.object, 8));
@@ -443,7 +460,8 @@ mod bucket {
         assert_eq!(up.plain.len, body.len() as u64);
         assert_eq!(up.object.len, body.len() as u64 + 7);
         let mut back = Vec::new();
-        c.get(&up.key, &mut back).unwrap();
+        c.get(&up.key, c.head(&up.key).unwrap().unwrap().size, &mut back)
+            .unwrap();
         assert_eq!(&back[..7], b"SEALED:");
         assert!(back[7..] == body[..]);
         let head = c.head(&up.key).unwrap().unwrap();
@@ -484,7 +502,8 @@ mod bucket {
         assert!(!called);
         assert!(up.key.ends_with("-rev5-etcd-1.db"), "{}", up.key);
         let mut back = Vec::new();
-        c.get(&up.key, &mut back).unwrap();
+        c.get(&up.key, c.head(&up.key).unwrap().unwrap().size, &mut back)
+            .unwrap();
         assert_eq!(back, body);
         assert_eq!(
             c.head(&up.key).unwrap().unwrap().get(key::SEAL),

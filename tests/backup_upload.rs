@@ -197,7 +197,9 @@ fn a_snapshot_goes_up_once_per_period_and_age_and_etcdutl_open_it() {
     // The stock age opens it into the very snapshot kept on the node, which etcdutl reads.
     let sealed = n.path("sealed.age");
     let mut f = std::fs::File::create(&sealed).unwrap();
-    client.get(key, &mut f).unwrap();
+    client
+        .get(key, client.head(key).unwrap().unwrap().size, &mut f)
+        .unwrap();
     drop(f);
     let plain = n.path("plain.db");
     let age = Command::new("age")

@@ -458,12 +458,12 @@ impl<W: Write> Write for Noting<W> {
     }
 }
 
-/// Downloads `key` into `out` (the scratch file at `path`), decrypting it with
-/// `identity` when given; the object's digest and the plaintext's.
+/// Downloads `key`, of `size` bytes as listed, into `out` (the scratch file at `path`),
+/// decrypting it with `identity` when given; the object's digest and the plaintext's.
 fn download(
     settings: &BackupSettings,
     client: &Client,
-    key: &str,
+    (key, size): (&str, u64),
     identity: Option<&Identity>,
     out: File,
     path: &Path,
@@ -479,7 +479,7 @@ fn download(
             .map(|e| Failure::io(path, "cannot write the backup's scratch copy", e))
     };
     let Some(identity) = identity else {
-        return match client.get(key, &mut out) {
+        return match client.get(key, size, &mut out) {
             Ok(got) => Ok((got, got)),
             Err(e) => Err(write_failure(&mut out).unwrap_or_else(|| e.into())),
         };
@@ -492,7 +492,7 @@ fn download(
                 inner: writer,
                 error: None,
             };
-            let got = client.get(key, &mut w);
+            let got = client.get(key, size, &mut w);
             // Dropping the writer ends the reader's input.
             (got, w.error.is_some())
         });
@@ -631,7 +631,7 @@ pub fn fetch(
     let (object, plain) = download(
         settings,
         client,
-        &backup.backup.key,
+        (&backup.backup.key, backup.backup.size),
         identity.as_ref(),
         file,
         &scratch.file,

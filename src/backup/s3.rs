@@ -8,6 +8,14 @@
 //! [`Client::delete`], and the incomplete multipart uploads under a prefix
 //! ([`Client::list_uploads`], [`Client::abort_upload`]). Every error names the endpoint,
 //! the bucket and key and S3's own code and message; never a key.
+//!
+//! Every request is bounded, whatever the store does: the connection within
+//! [`CONNECT_TIMEOUT`]; the answer's head within [`HEAD_WAIT`] of the request sent and in
+//! at most [`MAX_HEAD`] bytes; a body sent or read at [`MIN_RATE`] at least once
+//! [`RATE_GRACE`] has passed, and no longer than the caller expects (a listing's page
+//! [`MAX_BODY`], a download the size the store listed); a listing stops at a token it was
+//! given before and at [`MAX_LISTED`] entries. An answer sent before the request's body
+//! was taken (radosgw's `QuotaExceeded`) is read and named.
 
 use super::sigv4::{self, Canonical, EMPTY_SHA256};
 use crate::reason::{Failure, ReasonCode};
@@ -18,7 +26,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The part size of a multipart upload. An upload holds at most 1 + [`IN_FLIGHT`] parts
 /// in memory: one filled by the writer while those before it are sent.
@@ -31,9 +39,26 @@ pub const MIN_PART_SIZE: usize = 5 << 20;
 pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// The largest response body read into memory (listings, errors).
 const MAX_BODY: usize = 16 << 20;
-/// The longest wait for a connection, and for each read or write on it.
+/// The longest wait for a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest wait for any one read or write.
 const IO_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest an answer's head may take, from the request sent to its empty line.
+const HEAD_WAIT: Duration = IO_TIMEOUT;
+/// How long an answer is awaited when the store stopped taking the request's body.
+const EARLY_WAIT: Duration = Duration::from_secs(5);
+/// The most bytes an answer's head may have, informational answers included.
+const MAX_HEAD: usize = 64 << 10;
+/// The least rate a body is sent or read at (its bytes over the time since its first),
+/// once [`RATE_GRACE`] has passed: a store that drips bytes fails the request rather than
+/// hold the snapshot's locks for hours.
+const MIN_RATE: u64 = 16 << 10;
+/// How long a body may move slower than [`MIN_RATE`].
+const RATE_GRACE: Duration = Duration::from_secs(30);
+/// The most entries (objects or incomplete uploads) a listing gathers.
+pub const MAX_LISTED: usize = 100_000;
+/// How many bytes past the parts sent a read-back reads (a grown object is named as one).
+const READ_BACK_EXTRA: u64 = 1 << 20;
 
 /// What kind of failure, one per thing an operator fixes differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,11 +238,110 @@ impl Write for Stream {
     }
 }
 
+/// A connection under its request's bounds: each read or write waits at most until the
+/// answer's head is due (while it is read), else until the bytes moved since the
+/// phase began fall under [`MIN_RATE`] (after [`RATE_GRACE`]), and never more than
+/// [`IO_TIMEOUT`].
+struct Conn {
+    stream: Stream,
+    /// The same socket, for its timeouts.
+    socket: TcpStream,
+    /// While the answer's head is read: when it is due.
+    head_by: Option<(Instant, Duration)>,
+    /// When this phase (the request sent, or the answer's body read) began.
+    since: Instant,
+    /// The bytes it moved.
+    moved: u64,
+}
+
+impl Conn {
+    /// A new phase: the answer's head, due within `head` (`None`: a body, at the least rate).
+    fn phase(&mut self, head: Option<Duration>) {
+        self.since = Instant::now();
+        self.head_by = head.map(|d| (self.since + d, d));
+        self.moved = 0;
+    }
+
+    /// How long the next read or write may wait; the bound passed, when one is.
+    fn wait(&self) -> io::Result<Duration> {
+        let now = Instant::now();
+        let left = if let Some((by, within)) = self.head_by {
+            by.checked_duration_since(now).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no complete answer within {} s", within.as_secs()),
+                )
+            })?
+        } else {
+            let floor =
+                RATE_GRACE.max(Duration::from_secs_f64(self.moved as f64 / MIN_RATE as f64));
+            let elapsed = now - self.since;
+            floor.checked_sub(elapsed).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "too slow: {} bytes in {:.0} s, under the least rate of {} KiB/s",
+                        self.moved,
+                        elapsed.as_secs_f64(),
+                        MIN_RATE >> 10
+                    ),
+                )
+            })?
+        };
+        Ok(left.clamp(Duration::from_millis(50), IO_TIMEOUT))
+    }
+
+    /// `op` (a read or a write) within [`Conn::wait`]; a wait that ran out says which bound.
+    fn bounded(
+        &mut self,
+        set: fn(&TcpStream, Option<Duration>) -> io::Result<()>,
+        op: impl FnOnce(&mut Stream) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let wait = self.wait()?;
+        set(&self.socket, Some(wait))?;
+        match op(&mut self.stream) {
+            Ok(n) => {
+                self.moved += n as u64;
+                Ok(n)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(self.wait().err().unwrap_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("nothing moved for {:.0} s", wait.as_secs_f64()),
+                    )
+                }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.bounded(TcpStream::set_read_timeout, |s| s.read(buf))
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.bounded(TcpStream::set_write_timeout, |s| s.write(buf))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
 /// A response whose head was read; the body still on the connection.
 struct Response {
     status: u16,
     headers: Vec<(String, String)>,
-    body: BufReader<Stream>,
+    body: BufReader<Conn>,
 }
 
 impl Response {
@@ -302,6 +426,17 @@ impl Client {
         }
     }
 
+    /// A read or write of `op` that failed: a bound passed is the store's (too slow, no
+    /// answer in time), anything else a connection lost.
+    fn io_failed(&self, op: &str, key: Option<&str>, e: io::Error) -> S3Error {
+        let what = if e.kind() == io::ErrorKind::TimedOut {
+            "the store"
+        } else {
+            "connection lost"
+        };
+        self.err(ErrorKind::Unreachable, op, key, format_args!("{what}: {e}"))
+    }
+
     /// The host to connect to and name in `Host` and SNI, and the request path.
     fn host_and_path(&self, key: Option<&str>) -> (String, String, String) {
         let key_path = key.map(|k| sigv4::uri_encode(k, true)).unwrap_or_default();
@@ -321,7 +456,7 @@ impl Client {
         }
     }
 
-    fn connect(&self, op: &str, key: Option<&str>, host: &str) -> S3Result<Stream> {
+    fn connect(&self, op: &str, key: Option<&str>, host: &str) -> S3Result<Conn> {
         let unreachable = |e: &dyn fmt::Display| {
             self.err(
                 ErrorKind::Unreachable,
@@ -353,8 +488,18 @@ impl Client {
         let _ = tcp.set_read_timeout(Some(IO_TIMEOUT));
         let _ = tcp.set_write_timeout(Some(IO_TIMEOUT));
         let _ = tcp.set_nodelay(true);
+        let socket = tcp
+            .try_clone()
+            .map_err(|e| self.err(ErrorKind::Other, op, key, format_args!("socket: {e}")))?;
+        let bounded = |stream| Conn {
+            stream,
+            socket,
+            head_by: None,
+            since: Instant::now(),
+            moved: 0,
+        };
         let Some(config) = &self.tls else {
-            return Ok(Stream::Plain(tcp));
+            return Ok(bounded(Stream::Plain(tcp)));
         };
         let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
             self.err(
@@ -385,7 +530,7 @@ impl Client {
                 ));
             }
         }
-        Ok(Stream::Tls(Box::new(s)))
+        Ok(bounded(Stream::Tls(Box::new(s))))
     }
 
     /// Sends `req` and reads the response's head.
@@ -430,23 +575,57 @@ impl Client {
             "authorization: {auth}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             req.body.len()
         ));
-        let mut stream = self.connect(req.op, req.key, &host)?;
-        let io_err = |e: io::Error| {
-            self.err(
-                ErrorKind::Unreachable,
-                req.op,
-                req.key,
-                format_args!("connection lost: {e}"),
-            )
+        let mut conn = self.connect(req.op, req.key, &host)?;
+        let io_err = |e| self.io_failed(req.op, req.key, e);
+        conn.phase(None);
+        let sent = conn
+            .write_all(head.as_bytes())
+            .and_then(|()| conn.write_all(req.body))
+            .and_then(|()| conn.flush());
+        // A store that stopped taking the body may have said why before it closed
+        // (radosgw's QuotaExceeded): its answer, when there is one, is the error.
+        conn.phase(Some(if sent.is_ok() { HEAD_WAIT } else { EARLY_WAIT }));
+        let mut reader = BufReader::with_capacity(64 << 10, conn);
+        let head = self.read_head(req, &mut reader);
+        let (status, headers) = match (head, sent) {
+            (Ok(h), _) => h,
+            (Err(_), Err(e)) => return Err(io_err(e)),
+            (Err(e), Ok(())) => return Err(e),
         };
-        stream.write_all(head.as_bytes()).map_err(io_err)?;
-        stream.write_all(req.body).map_err(io_err)?;
-        stream.flush().map_err(io_err)?;
-        let mut reader = BufReader::with_capacity(64 << 10, stream);
+        reader.get_mut().phase(None);
+        Ok(Response {
+            status,
+            headers,
+            body: reader,
+        })
+    }
+
+    /// The status and headers of the answer on `reader`, at most [`MAX_HEAD`] bytes of
+    /// them; informational answers (1xx) skipped.
+    fn read_head(
+        &self,
+        req: &Req<'_>,
+        reader: &mut BufReader<Conn>,
+    ) -> S3Result<(u16, Vec<(String, String)>)> {
+        let io_err = |e| self.io_failed(req.op, req.key, e);
         let mut line = String::new();
-        let status = loop {
+        let mut read = 0;
+        let mut next_line = |line: &mut String| {
             line.clear();
-            read_line(&mut reader, &mut line).map_err(io_err)?;
+            read_line(reader, line).map_err(io_err)?;
+            read += line.len();
+            if read > MAX_HEAD {
+                return Err(self.err(
+                    ErrorKind::Other,
+                    req.op,
+                    req.key,
+                    format_args!("the answer's head is over {} KiB", MAX_HEAD >> 10),
+                ));
+            }
+            Ok(())
+        };
+        loop {
+            next_line(&mut line)?;
             let status = line
                 .split_whitespace()
                 .nth(1)
@@ -456,13 +635,12 @@ impl Client {
                         ErrorKind::Other,
                         req.op,
                         req.key,
-                        format_args!("not an HTTP answer: {:?}", line.trim_end()),
+                        format_args!("not an HTTP answer: {:?}", one_line(line.trim_end())),
                     )
                 })?;
             let mut headers = Vec::new();
             loop {
-                line.clear();
-                read_line(&mut reader, &mut line).map_err(io_err)?;
+                next_line(&mut line)?;
                 let l = line.trim_end();
                 if l.is_empty() {
                     break;
@@ -472,36 +650,33 @@ impl Client {
                 }
             }
             // 100 Continue is never asked for; skip any informational answer.
-            if (100..200).contains(&status) {
-                continue;
+            if !(100..200).contains(&status) {
+                return Ok((status, headers));
             }
-            break (status, headers);
-        };
-        Ok(Response {
-            status: status.0,
-            headers: status.1,
-            body: reader,
-        })
+        }
     }
 
-    /// Reads the body of `resp` into `out` (Content-Length, chunked, or to the close).
+    /// Reads the body of `resp` into `out` (Content-Length, chunked, or to the close), at
+    /// most `limit` bytes: a body that says or turns out longer fails, unread.
     fn body_into(
         &self,
         op: &str,
         key: Option<&str>,
         resp: &mut Response,
         head: bool,
+        (limit, expected): (u64, &str),
         out: &mut dyn Write,
     ) -> S3Result<u64> {
         if head || resp.status == 204 || resp.status == 304 {
             return Ok(0);
         }
-        let lost = |e: io::Error| {
+        let lost = |e| self.io_failed(op, key, e);
+        let too_long = || {
             self.err(
-                ErrorKind::Unreachable,
+                ErrorKind::Other,
                 op,
                 key,
-                format_args!("connection lost while reading: {e}"),
+                format_args!("the store sends more than the {limit} bytes {expected}"),
             )
         };
         let chunked = resp
@@ -527,6 +702,9 @@ impl Client {
                     }
                     return Ok(total);
                 }
+                if size > limit - total {
+                    return Err(too_long());
+                }
                 let n = io::copy(&mut (&mut resp.body).take(size), out).map_err(lost)?;
                 if n != size {
                     return Err(lost(io::ErrorKind::UnexpectedEof.into()));
@@ -537,6 +715,7 @@ impl Client {
             }
         }
         match resp.header("content-length").map(str::parse::<u64>) {
+            Some(Ok(len)) if len > limit => Err(too_long()),
             Some(Ok(len)) => {
                 let n = io::copy(&mut (&mut resp.body).take(len), out).map_err(lost)?;
                 if n != len {
@@ -548,11 +727,17 @@ impl Client {
                 Ok(n)
             }
             Some(Err(_)) => Err(self.err(ErrorKind::Other, op, key, "malformed Content-Length")),
-            None => io::copy(&mut resp.body, out).map_err(lost),
+            None => {
+                let n = io::copy(&mut (&mut resp.body).take(limit + 1), out).map_err(lost)?;
+                if n > limit {
+                    return Err(too_long());
+                }
+                Ok(n)
+            }
         }
     }
 
-    /// The body of `resp`, at most 16 MiB, as text.
+    /// The body of `resp`, at most [`MAX_BODY`], as text.
     fn body_text(
         &self,
         op: &str,
@@ -560,9 +745,10 @@ impl Client {
         resp: &mut Response,
         head: bool,
     ) -> S3Result<String> {
-        let mut buf = Bounded(Vec::new());
-        self.body_into(op, key, resp, head, &mut buf)?;
-        Ok(String::from_utf8_lossy(&buf.0).into_owned())
+        let mut buf = Vec::new();
+        let limit = (MAX_BODY as u64, "an answer may have");
+        self.body_into(op, key, resp, head, limit, &mut buf)?;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
     /// `req` sent; a 2xx answer's response, else the S3 error it carries.
@@ -637,13 +823,20 @@ impl Client {
         }
     }
 
-    /// Downloads `key` into `out`; its length and SHA-256.
-    pub fn get(&self, key: &str, out: &mut dyn Write) -> S3Result<Digest256> {
-        self.get_as("download", key, out)
+    /// Downloads `key`, of `size` bytes as the store listed it, into `out`; its length and
+    /// SHA-256. A body longer than `size` fails, unread.
+    pub fn get(&self, key: &str, size: u64, out: &mut dyn Write) -> S3Result<Digest256> {
+        self.get_as("download", key, (size, "the store listed"), out)
     }
 
-    /// [`Client::get`], its errors naming the operation `op`.
-    fn get_as(&self, op: &'static str, key: &str, out: &mut dyn Write) -> S3Result<Digest256> {
+    /// [`Client::get`], its errors naming the operation `op`, at most `limit` bytes.
+    fn get_as(
+        &self,
+        op: &'static str,
+        key: &str,
+        limit: (u64, &str),
+        out: &mut dyn Write,
+    ) -> S3Result<Digest256> {
         let req = Req {
             op,
             method: "GET",
@@ -658,7 +851,7 @@ impl Client {
             inner: out,
             hasher: Sha256::new(),
         };
-        let len = self.body_into(op, Some(key), &mut resp, false, &mut tee)?;
+        let len = self.body_into(op, Some(key), &mut resp, false, limit, &mut tee)?;
         Ok(Digest256 {
             len,
             sha256: tee.hasher.finalize().into(),
@@ -668,8 +861,8 @@ impl Client {
     /// Reads `key` back as `parts` were sent (from [`Sent::parts`]): one GET of the
     /// object ([`Client::get`]), each part's range hashed apart as the bytes stream by
     /// (kept nowhere); what came back of each, in part order. Bytes past the last part
-    /// count in the object's size only; a part the object ends before comes back short
-    /// or empty.
+    /// count in the object's size only (an object over 1 MiB larger than sent fails the
+    /// request, unread); a part the object ends before comes back short or empty.
     ///
     /// With every part's bytes as stored equal (SHA-256 and length) to the part sent,
     /// the ranges following each other from 0, and the object's size equal to their sum,
@@ -683,7 +876,10 @@ impl Client {
             part: Sha256::new(),
             in_part: 0,
         };
-        let object = self.get_as("read back", key, &mut split)?;
+        // A grown object is read far enough to name it as one, never to the end.
+        let sent: u64 = parts.iter().map(|p| p.len).sum();
+        let limit = (sent + READ_BACK_EXTRA, "a read-back reads");
+        let object = self.get_as("read back", key, limit, &mut split)?;
         Ok(split
             .finish()
             .into_iter()
@@ -722,10 +918,12 @@ impl Client {
         Ok(Some(Head { size, meta }))
     }
 
-    /// Every object under `prefix` (ListObjectsV2, `page` keys a request), in key order.
+    /// Every object under `prefix` (ListObjectsV2, `page` keys a request), in key order;
+    /// at most [`MAX_LISTED`], and a continuation token given twice fails the listing.
     pub fn list(&self, prefix: &str, page: u32) -> S3Result<Vec<Object>> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
+        let mut tokens = std::collections::HashSet::new();
         loop {
             let mut query = vec![
                 ("list-type".to_string(), "2".to_string()),
@@ -757,12 +955,48 @@ impl Client {
                     last_modified: xml_field(block, "LastModified").unwrap_or_default(),
                 });
             }
+            self.within_listing("list", prefix, out.len())?;
             let truncated = xml_field(&body, "IsTruncated").as_deref() == Some("true");
             token = xml_field(&body, "NextContinuationToken");
-            if !truncated || token.is_none() {
-                return Ok(out);
+            match &token {
+                Some(t) if truncated => {
+                    if !tokens.insert(t.clone()) {
+                        return Err(self.looping("list", prefix, tokens.len()));
+                    }
+                }
+                _ => return Ok(out),
             }
         }
+    }
+
+    /// A listing of `prefix` that gathered `n` entries: an error past [`MAX_LISTED`].
+    fn within_listing(&self, op: &str, prefix: &str, n: usize) -> S3Result<()> {
+        if n <= MAX_LISTED {
+            return Ok(());
+        }
+        Err(self.err(
+            ErrorKind::Other,
+            op,
+            None,
+            format_args!(
+                "more than {MAX_LISTED} entries under {prefix:?}; a prefix of etcd-setup's \
+                 own holds a few backups a cluster (backup.retain)"
+            ),
+        ))
+    }
+
+    /// A listing of `prefix` whose store gave a continuation it gave before, after `pages`.
+    fn looping(&self, op: &str, prefix: &str, pages: usize) -> S3Error {
+        self.err(
+            ErrorKind::Other,
+            op,
+            None,
+            format_args!(
+                "the store's listing of {prefix:?} goes round: page {} continues from where \
+                 an earlier one did",
+                pages + 1
+            ),
+        )
     }
 
     /// Replaces the user metadata of `key` by `meta` (a copy onto itself, the data kept).
@@ -820,6 +1054,7 @@ impl Client {
     pub fn list_uploads(&self, prefix: &str) -> S3Result<Vec<PendingUpload>> {
         let mut out = Vec::new();
         let mut markers: Option<(String, String)> = None;
+        let mut seen = std::collections::HashSet::new();
         loop {
             let mut query = vec![
                 ("uploads".to_string(), String::new()),
@@ -852,11 +1087,17 @@ impl Client {
                     initiated: xml_field(block, "Initiated").unwrap_or_default(),
                 });
             }
+            self.within_listing(req.op, prefix, out.len())?;
             let truncated = xml_field(&body, "IsTruncated").as_deref() == Some("true");
             let next =
                 xml_field(&body, "NextKeyMarker").zip(xml_field(&body, "NextUploadIdMarker"));
             match next {
-                Some(n) if truncated && markers.as_ref() != Some(&n) => markers = Some(n),
+                Some(n) if truncated => {
+                    if !seen.insert(n.clone()) {
+                        return Err(self.looping(req.op, prefix, seen.len()));
+                    }
+                    markers = Some(n);
+                }
                 _ => return Ok(out),
             }
         }
@@ -1287,25 +1528,9 @@ impl Write for PartHashes {
     }
 }
 
-/// A `Vec` that refuses more than [`MAX_BODY`].
-struct Bounded(Vec<u8>);
-
-impl Write for Bounded {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.0.len() + buf.len() > MAX_BODY {
-            return Err(io::Error::other("answer larger than 16 MiB"));
-        }
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// One header line, at most 64 KiB; EOF before its end is an error.
-fn read_line(r: &mut BufReader<Stream>, line: &mut String) -> io::Result<()> {
-    let n = r.by_ref().take(64 << 10).read_line(line)?;
+/// One header line, at most [`MAX_HEAD`] bytes; EOF before its end is an error.
+fn read_line(r: &mut BufReader<Conn>, line: &mut String) -> io::Result<()> {
+    let n = r.by_ref().take(MAX_HEAD as u64 + 1).read_line(line)?;
     if n == 0 || !line.ends_with('\n') {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,

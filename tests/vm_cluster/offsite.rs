@@ -278,7 +278,7 @@ impl Offsite {
     fn object(&self, key: &str) -> Vec<u8> {
         let mut out = Vec::new();
         self.client
-            .get(key, &mut out)
+            .get(key, self.client.head(key).unwrap().unwrap().size, &mut out)
             .unwrap_or_else(|e| panic!("{e}"));
         out
     }
