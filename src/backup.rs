@@ -8,9 +8,11 @@
 //! the objects' names, metadata, retention and the upload of one snapshot. Read side:
 //! `fetch.rs` lists a cluster's backups with their metadata and fetches one, decrypted
 //! into a root-only scratch file and proven, for `backups verify` and `restore
-//! --from-backup`.
+//! --from-backup`. `evidence.rs`: the markers by which members with empty data dirs say
+//! so to each other, before `restore_when_empty` restores anything.
 
 pub mod bucket;
+pub mod evidence;
 pub mod fetch;
 pub mod s3;
 pub mod seal;

@@ -12,6 +12,7 @@
 mod support;
 
 use etcd_setup::backup::bucket::{self, Meta};
+use etcd_setup::backup::evidence;
 use etcd_setup::backup::s3::Client;
 use etcd_setup::backup::seal;
 use etcd_setup::reason::{Failure, ReasonCode};
@@ -952,8 +953,24 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
     etcd.snapshot_save(&c.client_url(0), &snap, std::time::Duration::from_secs(30))
         .unwrap();
     let revision = etcd.endpoint_status().unwrap()[0].revision;
+    // Each node's file lists the members starting with itself (issue 38: two members
+    // whose files began with themselves both restored): the restorer is the first by name.
     let settings: Vec<_> = (0..3)
-        .map(|i| config::load(&config_of(&c, i, &table)).unwrap())
+        .map(|i| {
+            let path = config_of(&c, i, &table);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut members: Vec<_> = c
+                .initial_cluster_arg()
+                .split(',')
+                .map(str::to_string)
+                .collect();
+            members.rotate_left(i);
+            let text = text.replace(&c.initial_cluster_arg(), &members.join(","));
+            std::fs::write(&path, text).unwrap();
+            let s = config::load(&path).unwrap();
+            assert_eq!(s.initial_cluster[0].0, format!("m{}", i + 1));
+            s
+        })
         .collect();
     let backup = settings[0].backup.clone().unwrap();
     assert!(backup.restore_when_empty);
@@ -971,9 +988,10 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
         c.wipe(i);
         c.members[i].data_dir = s.data_dir.clone();
     }
-    // The second member decides while the first restores.
-    let second = {
-        let s = settings[1].clone();
+    // The second and third members decide while the first does: each says that its data
+    // dir is empty, and only m1, the first by name, restores once all three have.
+    let decider = |s: &config::Settings| {
+        let s = s.clone();
         std::thread::spawn(move || {
             let node = Node::from_settings(&s);
             let mut said = Vec::new();
@@ -982,6 +1000,8 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
             (start, said)
         })
     };
+    let second = decider(&settings[1]);
+    let third = decider(&settings[2]);
     let node0 = Node::from_settings(&settings[0]);
     assert!(from_bucket::applies(&settings[0], &node0, &None));
     let mut said = Vec::new();
@@ -1007,27 +1027,35 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
         panic!("the second member did not join")
     };
     assert!(
-        said.iter().any(|l| l.contains("waiting for m1 to restore")),
+        said.iter()
+            .any(|l| l.contains("waiting for m1, the first member by name, to restore")),
         "{said:?}"
     );
-    c.launch(1, &plan.initial_cluster, plan.state.as_str());
-    c.await_ready(1);
-    let node1 = Node::from_settings(&settings[1]);
-    join::promote(
-        &node1,
-        &plan,
-        std::time::Duration::from_secs(60),
-        &mut |_| {},
-    )
-    .unwrap();
-    let both = c
-        .client()
-        .with_endpoints(vec![c.client_url(0), c.client_url(1)]);
-    let list = both.member_list().unwrap();
+    let join_as = |c: &mut Cluster, i: usize, plan: &join::Plan| {
+        c.launch(i, &plan.initial_cluster, plan.state.as_str());
+        c.await_ready(i);
+        let node = Node::from_settings(&settings[i]);
+        join::promote(&node, plan, std::time::Duration::from_secs(60), &mut |_| {}).unwrap();
+    };
+    join_as(&mut c, 1, &plan);
+    let (start, said) = third.join().unwrap();
+    println!("third member:\n  {}", said.join("\n  "));
+    let Start::AsDecided(Some(plan)) = start.unwrap() else {
+        panic!("the third member did not join")
+    };
+    join_as(&mut c, 2, &plan);
+    assert!(
+        evidence::empty_members(&backup, &client, cluster)
+            .unwrap()
+            .is_empty(),
+        "markers left after the recovery"
+    );
+    let all = c.client().with_endpoints(c.client_urls());
+    let list = all.member_list().unwrap();
     assert_eq!(list.header.cluster_id.0, cluster);
     assert_eq!(
         list.members.iter().filter(|m| !m.is_learner).count(),
-        2,
+        3,
         "{list:?}"
     );
     let one = c.client().with_endpoints(vec![c.client_url(1)]);
@@ -1038,9 +1066,76 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
         );
     }
 
+    // Issue 38's B1: power lost everywhere, m1's VM recreated empty while m2 and m3 boot
+    // with their data, newer than the backup. m1 says it is empty and waits; it never
+    // restores, and joins them once their etcd runs: no key is lost.
+    for i in 0..KEYS {
+        all.put(&format!("/registry/after-{i:02}"), "newer than the backup")
+            .unwrap();
+    }
+    for i in 0..3 {
+        c.kill(i);
+    }
+    c.wipe(0);
+    let first = decider(&settings[0]);
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    assert!(!first.is_finished(), "m1 decided with m2 and m3 silent");
+    let initial = c.initial_cluster_arg();
+    for i in 1..3 {
+        c.launch(i, &initial, "existing");
+    }
+    let (start, said) = first.join().unwrap();
+    println!(
+        "m1 recreated empty, m2 and m3 booting with data:\n  {}",
+        said.join("\n  ")
+    );
+    let Start::AsDecided(Some(plan)) = start.unwrap() else {
+        panic!("m1 did not join the members with data: {said:?}")
+    };
+    assert!(
+        said.iter()
+            .any(|l| l.contains("waiting for m2, m3 to say that their data dirs are empty")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter().any(|l| l.contains("restores nothing")),
+        "{said:?}"
+    );
+    assert!(
+        !said
+            .iter()
+            .any(|l| l.starts_with("restore_when_empty: restored")),
+        "{said:?}"
+    );
+    join_as(&mut c, 0, &plan);
+    let one = c.client().with_endpoints(vec![c.client_url(0)]);
+    for i in 0..KEYS {
+        assert_eq!(
+            one.get(&format!("/registry/after-{i:02}"))
+                .unwrap()
+                .as_deref(),
+            Some(&b"newer than the backup"[..]),
+            "a key written after the backup is lost"
+        );
+    }
+    // A member that never says it is empty (its VM gone for good, say) keeps an empty one
+    // waiting until the start timeout, never restoring.
+    for i in 0..3 {
+        c.kill(i);
+    }
+    c.wipe(2);
+    let mut short = settings[2].clone();
+    short.start_timeout = std::time::Duration::from_secs(12);
+    let f = from_bucket::decide(&short, &Node::from_settings(&short), &ByCaller, &mut |_| {})
+        .unwrap_err();
+    assert_eq!(f.code, ReasonCode::JoinBlocked, "{f}");
+    assert!(
+        f.message
+            .contains("within 12 s neither did m1, m2 say that their data dirs are empty"),
+        "{f}"
+    );
+
     // Another cluster's configuration (another token: its own, empty folder) starts new.
-    c.kill(0);
-    c.kill(1);
     let other = config_of(&c, 0, &table).to_string_lossy().into_owned();
     let text = std::fs::read_to_string(&other)
         .unwrap()

@@ -124,6 +124,13 @@ pub fn parse_name(name: &str) -> Option<ObjectName> {
     })
 }
 
+/// A listing's `LastModified` (`2026-12-01T09:45:00.000Z`, the fraction optional) as a
+/// time, to the second.
+pub fn parse_last_modified(s: &str) -> Option<SystemTime> {
+    let secs = s.get(..19)?;
+    parse_stamp(&format!("{}Z", secs.replace(['-', ':'], "")))
+}
+
 /// `20261201T094500Z` as a time.
 fn parse_stamp(s: &str) -> Option<SystemTime> {
     let b = s.as_bytes();

@@ -135,7 +135,8 @@ fn retry_reconfig<T>(mut f: impl FnMut() -> Result<T, EtcdError>) -> Result<T, E
 
 /// Acts on a [`Decision::Join`] before etcd starts: moves the data dir aside when asked,
 /// removes the stale members, adds this node as a learner; returns what etcd must start
-/// with. Anything else than a join is `internal-error`.
+/// with. Anything else than a join is `internal-error`; another node's learner added since
+/// the decision is `join-blocked` (the caller decides again).
 pub fn prepare(
     node: &Node,
     decision: &Decision,
@@ -201,6 +202,18 @@ pub fn prepare(
                     ))
                 }
             }
+        }
+        // Another node's learner went in between this one's survey and its add.
+        Err(e) if e.kind == ErrorKind::TooManyLearners => {
+            return Err(Failure::new(
+                ReasonCode::JoinBlocked,
+                format!(
+                    "{} cannot be added as a learner yet: another member joined as one first \
+                     ({e})",
+                    node.name
+                ),
+            )
+            .with_source(e))
         }
         Err(e) => {
             return Err(join_failed(

@@ -7,7 +7,7 @@ use super::decide::Decision;
 use super::join::{self, Plan, Progress};
 use super::node::Node;
 use crate::reason::{Failure, ReasonCode};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Decides how this node's etcd starts. `None`: as configured (a new cluster, or a member
 /// that has its data); `Some(plan)`: join the existing cluster as the learner of `plan`,
@@ -19,13 +19,27 @@ pub fn before_start(
     wait: Duration,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Option<Plan>, Failure> {
-    match join::decide(node, wait, progress)? {
-        Decision::StartAsConfigured { .. } => Ok(None),
-        Decision::Refuse { code, why } => Err(Failure::new(code, why)),
-        d @ Decision::Join { .. } => join::prepare(node, &d, progress).map(Some),
-        Decision::Wait { why } => Err(Failure::new(
-            ReasonCode::InternalError,
-            format!("the join decision returned a wait: {why}"),
-        )),
+    let t = Instant::now();
+    loop {
+        let left = wait.saturating_sub(t.elapsed());
+        return match join::decide(node, left, progress)? {
+            Decision::StartAsConfigured { .. } => Ok(None),
+            Decision::Refuse { code, why } => Err(Failure::new(code, why)),
+            d @ Decision::Join { .. } => match join::prepare(node, &d, progress) {
+                // Another node added its learner between this one's survey and its add
+                // (etcd takes one at a time): asked again, the decision waits for that
+                // learner's promotion.
+                Err(f) if f.code == ReasonCode::JoinBlocked && t.elapsed() < wait => {
+                    progress(Progress::Waiting(f.message));
+                    std::thread::sleep(join::POLL);
+                    continue;
+                }
+                r => r.map(Some),
+            },
+            Decision::Wait { why } => Err(Failure::new(
+                ReasonCode::InternalError,
+                format!("the join decision returned a wait: {why}"),
+            )),
+        };
     }
 }
