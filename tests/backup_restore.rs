@@ -1021,29 +1021,43 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
     c.launch(0, &initial, "new");
     c.await_ready(0);
     c.extra.clear();
-    let (start, said) = second.join().unwrap();
-    println!("second member:\n  {}", said.join("\n  "));
-    let Start::AsDecided(Some(plan)) = start.unwrap() else {
-        panic!("the second member did not join")
-    };
-    assert!(
-        said.iter()
-            .any(|l| l.contains("waiting for m1, the first member by name, to restore")),
-        "{said:?}"
-    );
     let join_as = |c: &mut Cluster, i: usize, plan: &join::Plan| {
         c.launch(i, &plan.initial_cluster, plan.state.as_str());
         c.await_ready(i);
         let node = Node::from_settings(&settings[i]);
         join::promote(&node, plan, std::time::Duration::from_secs(60), &mut |_| {}).unwrap();
     };
-    join_as(&mut c, 1, &plan);
-    let (start, said) = third.join().unwrap();
-    println!("third member:\n  {}", said.join("\n  "));
-    let Start::AsDecided(Some(plan)) = start.unwrap() else {
-        panic!("the third member did not join")
-    };
-    join_as(&mut c, 2, &plan);
+    // Each joins as its decision ends: etcd takes one learner at a time, so whichever
+    // added its learner first is started and promoted before the other can add its own.
+    let mut pending = vec![(1, second), (2, third)];
+    while !pending.is_empty() {
+        let Some(k) = pending.iter().position(|(_, t)| t.is_finished()) else {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            continue;
+        };
+        let (i, t) = pending.remove(k);
+        let (start, said) = t.join().unwrap();
+        println!("member m{}:\n  {}", i + 1, said.join("\n  "));
+        let Start::AsDecided(Some(plan)) = start.unwrap() else {
+            panic!("m{} did not join", i + 1)
+        };
+        // It waited for m1's restore, or (having asked before m1 said it was empty) found
+        // m1's etcd running; it never restored.
+        assert!(
+            said.iter().any(|l| {
+                l.contains("waiting for m1, the first member by name, to restore")
+                    || l.contains("etcd runs on m1 (")
+            }),
+            "{said:?}"
+        );
+        assert!(
+            !said
+                .iter()
+                .any(|l| l.starts_with("restore_when_empty: restored")),
+            "{said:?}"
+        );
+        join_as(&mut c, i, &plan);
+    }
     assert!(
         evidence::empty_members(&backup, &client, cluster)
             .unwrap()
