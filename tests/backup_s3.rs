@@ -541,7 +541,10 @@ mod bucket {
         let key = bucket::object_name(&b, &meta(2, 1_796_118_300, 6));
         let head = c.head(&key).unwrap().unwrap();
         assert_eq!(head.get(key::VERIFIED), None);
-        assert_eq!(bucket::newest_verified(&b, &c, 2).unwrap(), None);
+        assert_eq!(
+            bucket::newest_verified(&b, &c, 2, SystemTime::now()).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -634,7 +637,10 @@ mod bucket {
         // The newest verified one stays even when newer unverified ones fill `retain`.
         b.retain = 1;
         let mut up = c.upload(
-            &format!("{prefix}20291231T000000Z-rev999-etcd-1.db"),
+            &format!(
+                "{prefix}{}-rev999-etcd-1.db",
+                etcd_setup::shared::report::file_stamp(now + Duration::from_secs(600))
+            ),
             &[(key::CLUSTER.into(), format!("{ours:016x}"))],
         );
         up.write_all(b"unverified").unwrap();
@@ -642,6 +648,120 @@ mod bucket {
         let pruned = bucket::prune(&b, &c, ours, now).unwrap();
         assert_eq!(pruned.deleted, vec![keys[2].clone()]);
         assert!(c.head(&keys[3]).unwrap().is_some());
+    }
+
+    /// Issue 38, item 5: a writer of the bucket copies our newest backup under a name a
+    /// day ahead (uploads stopped until then, status said age 0), and an old backup under
+    /// a newer name than the newest (restored as `latest`); another cluster's objects
+    /// named newer than ours filled retention's slots.
+    #[test]
+    fn a_name_in_the_future_or_against_its_metadata_counts_for_nothing() {
+        use etcd_setup::backup::fetch::{self, Which};
+        let mut b = settings("names/", "period = \"1h\"\nretain = 2");
+        let c = client_for(&b);
+        let ours = 0xcccc;
+        let now = SystemTime::now();
+        let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let (file, _) = snapshot(100, 5);
+        let up = |cluster: u64, at: u64, revision: i64| {
+            bucket::upload_snapshot(
+                &b,
+                &c,
+                file.path(),
+                &digest_of(file.path()),
+                &meta(cluster, at, revision),
+                &mut pass_through,
+            )
+            .unwrap()
+            .key
+        };
+        let older = up(ours, secs(now) - 3 * 3600, 10);
+        let newest = up(ours, secs(now) - 2 * 3600, 20);
+        // Copies of `older` with its metadata, under other names of this cluster's folder.
+        let copy = |at: SystemTime| {
+            let head = c.head(&older).unwrap().unwrap();
+            let mut bytes = Vec::new();
+            c.get(&older, head.size, &mut bytes).unwrap();
+            let key = bucket::object_name(
+                &b,
+                &Meta {
+                    time: at,
+                    ..meta(ours, 0, 10)
+                },
+            );
+            let mut w = c.upload(&key, &head.meta);
+            w.write_all(&bytes).unwrap();
+            w.finish().unwrap();
+            key
+        };
+        let future = copy(now + Duration::from_secs(24 * 3600));
+        let renamed = copy(now - Duration::from_secs(600));
+        let foreign = [
+            up(0xdddd, secs(now) - 300, 1),
+            up(0xdddd, secs(now) - 200, 2),
+        ];
+        let prefix = bucket::cluster_prefix(&b, ours);
+        for f in &foreign {
+            // Another cluster's objects, moved into ours under names newer than ours.
+            let head = c.head(f).unwrap().unwrap();
+            let mut bytes = Vec::new();
+            c.get(f, head.size, &mut bytes).unwrap();
+            let name = f.rsplit('/').next().unwrap();
+            let mut w = c.upload(&format!("{prefix}{name}"), &head.meta);
+            w.write_all(&bytes).unwrap();
+            w.finish().unwrap();
+        }
+
+        // Neither copy is the newest: an upload is due (the newest is two periods old).
+        let got = bucket::newest_verified(&b, &c, ours, now).unwrap().unwrap();
+        assert_eq!(got.key, newest);
+        assert!(bucket::upload_due(&b, &c, ours, now).unwrap());
+        let head = c.head(&future).unwrap().unwrap();
+        let listed = bucket::backups(&b, &c, ours).unwrap();
+        let find = |k: &str| listed.iter().find(|x| x.key == k).unwrap().clone();
+        let why = bucket::distrusted(&find(&future), head.get(key::TIME), now).unwrap();
+        assert!(why.contains("more than 30 min after now"), "{why}");
+        let head = c.head(&renamed).unwrap().unwrap();
+        let why = bucket::distrusted(&find(&renamed), head.get(key::TIME), now).unwrap();
+        assert!(
+            why.contains("but its metadata says it was taken at"),
+            "{why}"
+        );
+        // `latest` is the newest believed; the listing says which are not, and why.
+        let latest = fetch::choose(&b, &c, ours, &Which::Latest).unwrap();
+        assert_eq!(latest.backup.key, newest);
+        let all = fetch::list(&b, &c, ours).unwrap();
+        let text = etcd_setup::day2::backups::list_lines(
+            &b,
+            ours,
+            &all,
+            etcd_setup::cli::Format::Text,
+            now,
+        );
+        let line = |k: &str| {
+            let name = k.rsplit('/').next().unwrap();
+            text.iter().find(|l| l.starts_with(name)).unwrap().clone()
+        };
+        assert!(
+            line(&future).contains("; not believed, counts for nothing: "),
+            "{text:?}"
+        );
+        assert!(
+            line(&renamed).contains("; not believed, counts for nothing: "),
+            "{text:?}"
+        );
+        assert!(!line(&newest).contains("not believed"), "{text:?}");
+
+        // Retention (2): our two stay; the copies and the foreign objects take no slot and
+        // are not deleted either.
+        let pruned = bucket::prune(&b, &c, ours, now).unwrap();
+        assert_eq!(pruned.deleted, Vec::<String>::new());
+        b.retain = 1;
+        let pruned = bucket::prune(&b, &c, ours, now).unwrap();
+        assert_eq!(pruned.deleted, vec![older.clone()]);
+        for k in [&future, &renamed, &newest] {
+            assert!(c.head(k).unwrap().is_some(), "{k} deleted");
+        }
     }
 
     #[test]

@@ -394,6 +394,35 @@ pub fn backups(settings: &BackupSettings, client: &Client, cluster: u64) -> S3Re
     Ok(out)
 }
 
+/// How far after this node's clock an object's name may be: SigV4 keeps every uploader's
+/// clock within 15 min of the store's, and this node's too, so a name later than twice
+/// that is no upload's own (a copy by another writer, a clock far off).
+pub const FUTURE_TOLERANCE: Duration = Duration::from_secs(30 * 60);
+
+/// Why `b`'s name is not believed, `None` when it is: named after `now` by more than
+/// [`FUTURE_TOLERANCE`], or at another time than its metadata's `etcd-setup-time`
+/// (`meta_time`, when it has one). Such an object counts for nothing: not as the newest
+/// (an upload is due, status shows the age of the real newest), not as `latest`, not in
+/// retention (neither kept in a slot nor deleted).
+pub fn distrusted(b: &Backup, meta_time: Option<&str>, now: SystemTime) -> Option<String> {
+    let named = crate::shared::report::rfc3339(b.name.time);
+    if b.name.time > now + FUTURE_TOLERANCE {
+        return Some(format!(
+            "{} is named {named}, more than {} min after now ({})",
+            b.key,
+            FUTURE_TOLERANCE.as_secs() / 60,
+            crate::shared::report::rfc3339(now)
+        ));
+    }
+    match meta_time.map(str::trim) {
+        Some(t) if t != named => Some(format!(
+            "{} is named {named}, but its metadata says it was taken at {t}",
+            b.key
+        )),
+        _ => None,
+    }
+}
+
 /// Whether `head` says the object is this cluster's and was verified.
 fn ours(head: &Head, cluster: u64) -> bool {
     head.get(key::CLUSTER) == Some(&format!("{cluster:016x}"))
@@ -403,17 +432,25 @@ fn verified(head: &Head) -> bool {
     head.get(key::VERIFIED) == Some("read-back") && head.get(key::OBJECT_SHA256).is_some()
 }
 
-/// The newest verified object of `cluster` (ours by name and metadata), if any.
+/// The newest verified object of `cluster` at `now` (ours by name and metadata, its name
+/// believed: [`distrusted`]), if any.
 pub fn newest_verified(
     settings: &BackupSettings,
     client: &Client,
     cluster: u64,
+    now: SystemTime,
 ) -> S3Result<Option<Backup>> {
     for b in backups(settings, client, cluster)? {
+        if b.name.time > now + FUTURE_TOLERANCE {
+            continue;
+        }
         let Some(head) = client.head(&b.key)? else {
             continue;
         };
-        if ours(&head, cluster) && verified(&head) {
+        if ours(&head, cluster)
+            && verified(&head)
+            && distrusted(&b, head.get(key::TIME), now).is_none()
+        {
             return Ok(Some(b));
         }
     }
@@ -441,7 +478,7 @@ pub fn upload_due(
 ) -> S3Result<bool> {
     Ok(due_after(
         settings,
-        newest_verified(settings, client, cluster)?.as_ref(),
+        newest_verified(settings, client, cluster, now)?.as_ref(),
         now,
     ))
 }
@@ -461,7 +498,8 @@ pub struct Pruned {
 }
 
 /// Keeps the newest `settings.retain` objects of `cluster`: deletes older ones that are
-/// ours by name and metadata, never the newest verified one; aborts our incomplete uploads
+/// ours by name and metadata, never the newest verified one; an object of another cluster
+/// or one whose name is not believed ([`distrusted`]) takes no slot and is never deleted; aborts our incomplete uploads
 /// named more than [`STALE_UPLOAD`] (or one period, when longer) before `now` (a live
 /// upload is younger), and those named before the newest verified object: that one was
 /// uploaded under the cluster lock after them, so their uploader died, lost its link or
@@ -478,11 +516,12 @@ pub fn prune(
     let mut newest_verified_seen = false;
     let mut newest_verified_time = None;
     let keep = usize::try_from(settings.retain).unwrap_or(usize::MAX);
-    for (i, b) in backups(settings, client, cluster)?.into_iter().enumerate() {
+    let mut kept = 0;
+    for b in backups(settings, client, cluster)? {
         let Some(head) = client.head(&b.key)? else {
             continue;
         };
-        if !ours(&head, cluster) {
+        if !ours(&head, cluster) || distrusted(&b, head.get(key::TIME), now).is_some() {
             continue;
         }
         let is_verified = verified(&head);
@@ -491,7 +530,8 @@ pub fn prune(
         if newest_verified {
             newest_verified_time = Some(b.name.time);
         }
-        if i < keep || newest_verified {
+        if kept < keep || newest_verified {
+            kept += 1;
             continue;
         }
         client.delete(&b.key)?;

@@ -70,6 +70,8 @@ pub struct Recorded {
     pub seal: Option<String>,
     /// `etcd-setup-agent`: the agent that uploaded it.
     pub agent: Option<String>,
+    /// `etcd-setup-time`: when the snapshot was taken (RFC 3339).
+    pub time: Option<String>,
 }
 
 fn sha256_hex(text: &str) -> Option<[u8; 32]> {
@@ -107,6 +109,7 @@ impl Recorded {
             verified: value(head, key::VERIFIED),
             seal: value(head, key::SEAL),
             agent: value(head, key::AGENT),
+            time: value(head, key::TIME),
         }
     }
 
@@ -228,8 +231,13 @@ pub fn choose(
         Which::Latest => {
             let all = list(settings, client, cluster)?;
             let count = all.len();
+            let now = SystemTime::now();
             all.into_iter()
-                .find(|l| l.recorded.cluster == Some(cluster) && l.recorded.read_back())
+                .find(|l| {
+                    l.recorded.cluster == Some(cluster)
+                        && l.recorded.read_back()
+                        && bucket::distrusted(&l.backup, l.recorded.time.as_deref(), now).is_none()
+                })
                 .ok_or_else(|| {
                     Failure::new(
                         ReasonCode::BackupNotFound,

@@ -71,6 +71,11 @@ fn verified(l: &Listed, cluster: u64) -> String {
     }
 }
 
+/// Why the name of `l` is not believed at `now` ([`crate::backup::bucket::distrusted`]).
+fn distrusted(l: &Listed, now: SystemTime) -> Option<String> {
+    crate::backup::bucket::distrusted(&l.backup, l.recorded.time.as_deref(), now)
+}
+
 fn age_of(l: &Listed, now: SystemTime) -> Duration {
     now.duration_since(l.time()).unwrap_or(Duration::ZERO)
 }
@@ -106,6 +111,7 @@ pub fn list_lines(
                         "etcd_version": r.etcd_version,
                         "sealed": l.sealed(),
                         "agent": r.agent,
+                        "distrusted": distrusted(l, now),
                     })
                 })
                 .collect();
@@ -141,6 +147,13 @@ pub fn list_lines(
                     age(age_of(l, now)),
                     verified(l, cluster)
                 ));
+                if let Some(why) = distrusted(l, now) {
+                    let last = lines.len() - 1;
+                    lines[last].push_str(&format!(
+                        "; not believed, counts for nothing: {}",
+                        crate::shared::printable::line(&why)
+                    ));
+                }
             }
             lines
         }

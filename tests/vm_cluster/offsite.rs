@@ -270,9 +270,14 @@ impl Offsite {
     }
 
     fn newest_verified(&self) -> Option<String> {
-        bucket::newest_verified(&self.settings, &self.client, self.cluster)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .map(|b| b.key)
+        bucket::newest_verified(
+            &self.settings,
+            &self.client,
+            self.cluster,
+            std::time::SystemTime::now(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|b| b.key)
     }
 
     fn object(&self, key: &str) -> Vec<u8> {

@@ -114,7 +114,7 @@ pub fn upload(b: &BackupSettings, etcd: &Etcd, placed: &Placed<'_>) -> Result<Of
     let at = SystemTime::now();
     let recipients = b.recipients()?;
     let client = s3::Client::new(b, b.credentials()?)?;
-    let newest = bucket::newest_verified(b, &client, placed.cluster)?;
+    let newest = bucket::newest_verified(b, &client, placed.cluster, at)?;
     if !bucket::due_after(b, newest.as_ref(), at) {
         return Ok(nothing_due(newest.as_ref(), at));
     }
@@ -136,7 +136,7 @@ pub fn upload(b: &BackupSettings, etcd: &Etcd, placed: &Placed<'_>) -> Result<Of
         })?;
     // Another member may have uploaded while we waited for the lock.
     let at = SystemTime::now();
-    let newest = bucket::newest_verified(b, &client, placed.cluster)?;
+    let newest = bucket::newest_verified(b, &client, placed.cluster, at)?;
     if !bucket::due_after(b, newest.as_ref(), at) {
         return Ok(nothing_due(newest.as_ref(), at));
     }
