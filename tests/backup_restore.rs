@@ -930,19 +930,19 @@ fn assert_restored_nothing(said: &[String]) {
 /// that never speaks keeps an empty one waiting (`join-blocked`). A folder without a
 /// backup starts a new cluster; a bucket out of reach keeps etcd off with the bucket's
 /// reason.
-#[test]
-fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
+fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket(version: &str) {
     use etcd_setup::cluster::lifecycle::{join, Node};
     use etcd_setup::member::service::ByCaller;
     use etcd_setup::road::from_bucket::{self, Start};
     let st = store();
-    let token = "tok-when-empty";
-    let mut c = Cluster::start("3.5.16", 3, token);
+    let v = version.replace('.', "");
+    let token = &format!("tok-when-empty-{v}");
+    let mut c = Cluster::start(version, 3, token);
     let dir = support::scratch::dir("whenempty");
     let (identity, recipient) = keygen(dir.path(), "identity");
     let recipients = dir.path().join("recipients");
     std::fs::write(&recipients, format!("{recipient}\n")).unwrap();
-    let prefix = format!("whenempty-{}/", std::process::id());
+    let prefix = format!("whenempty-{}-{v}/", std::process::id());
     let config_of = |c: &Cluster, i: usize, table: &str| {
         let d = dir.path().join(format!("node-{i}"));
         std::fs::create_dir_all(&d).unwrap();
@@ -1157,7 +1157,7 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
     let other = config_of(&c, 0, &table).to_string_lossy().into_owned();
     let text = std::fs::read_to_string(&other)
         .unwrap()
-        .replace(token, "tok-when-empty-other");
+        .replace(token.as_str(), "tok-when-empty-other");
     let other_cfg = dir.path().join("other.toml");
     std::fs::write(&other_cfg, text).unwrap();
     let s = config::load(&other_cfg).unwrap();
@@ -1189,4 +1189,19 @@ fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket() {
     for secret in [st.secret_key(), st.access_key(), secret_of(&identity)] {
         assert!(!out.contains(&secret));
     }
+}
+
+#[test]
+fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket_3_5() {
+    restore_when_empty_brings_a_lost_cluster_back_from_the_bucket("3.5.16");
+}
+
+#[test]
+fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket_3_6() {
+    restore_when_empty_brings_a_lost_cluster_back_from_the_bucket("3.6.16");
+}
+
+#[test]
+fn restore_when_empty_brings_a_lost_cluster_back_from_the_bucket_3_7() {
+    restore_when_empty_brings_a_lost_cluster_back_from_the_bucket("3.7.3");
 }
