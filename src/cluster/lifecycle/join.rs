@@ -13,10 +13,11 @@ use std::time::{Duration, Instant, SystemTime};
 /// How often a waiting decision asks the cluster again, and a promotion retries. Neither
 /// condition can be awaited: etcd does not push membership or learner progress.
 pub const POLL: Duration = Duration::from_millis(500);
-/// How long etcd's "unhealthy cluster" refusal of a membership change is retried: etcd
-/// refuses while its leader has not been connected to a quorum for 5 s (after a leader
-/// change or a member start).
-pub const RECONFIG_RETRY: Duration = Duration::from_secs(15);
+/// How long a membership change is retried while etcd refuses it in passing or its answer
+/// is lost: etcd refuses while its leader has not been connected to a quorum for 5 s
+/// (after a leader change or a member start), and a loaded member may commit the change
+/// after etcdctl's command timeout.
+pub const RECONFIG_RETRY: Duration = Duration::from_secs(30);
 
 /// How the join is going, for status and the timeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,15 +120,26 @@ fn join_failed(what: &str, e: EtcdError) -> Failure {
     Failure::new(ReasonCode::JoinFailed, format!("{what}: {e}")).with_source(e)
 }
 
-/// Runs `f` until it succeeds, or fails otherwise than with etcd's passing refusal of a
-/// membership change ([`RECONFIG_RETRY`]).
-fn retry_reconfig<T>(mut f: impl FnMut() -> Result<T, EtcdError>) -> Result<T, EtcdError> {
+/// Whether a failed membership change may be tried again: etcd refused it in passing
+/// (not connected to a quorum long enough), or its answer did not come in time. A change
+/// whose answer was lost may have been made: the retry then meets etcd's own "peer URL
+/// exists" (an add) or "member not found" (a remove), which the callers take for done.
+pub(super) fn passing(e: &EtcdError) -> bool {
+    matches!(
+        e.kind,
+        ErrorKind::UnhealthyCluster | ErrorKind::Unreachable | ErrorKind::Timeout
+    ) || e.line.contains("request timed out")
+}
+
+/// Runs `f` until it succeeds, or fails otherwise than [`passing`]ly, for at most
+/// [`RECONFIG_RETRY`].
+pub(super) fn retry_reconfig<T>(
+    mut f: impl FnMut() -> Result<T, EtcdError>,
+) -> Result<T, EtcdError> {
     let t = Instant::now();
     loop {
         match f() {
-            Err(e) if e.kind == ErrorKind::UnhealthyCluster && t.elapsed() < RECONFIG_RETRY => {
-                std::thread::sleep(POLL)
-            }
+            Err(e) if passing(&e) && t.elapsed() < RECONFIG_RETRY => std::thread::sleep(POLL),
             r => return r,
         }
     }
@@ -334,5 +346,37 @@ mod tests {
             .to_string(),
             "learner catching up: raft index ? of the leader's 42"
         );
+    }
+
+    #[test]
+    fn a_membership_change_is_tried_again_only_when_refused_in_passing_or_unanswered() {
+        let e = |kind, line: &str| EtcdError::new(kind, "member add", &[], line);
+        // The answer was lost under load; the retry meets the add the first try made.
+        let mut answers = vec![
+            e(
+                ErrorKind::PeerUrlExists,
+                "etcdserver: Peer URLs already exists",
+            ),
+            e(ErrorKind::Other, "etcdserver: request timed out"),
+            e(ErrorKind::Unreachable, "context deadline exceeded"),
+        ];
+        let r: Result<(), _> = retry_reconfig(|| Err(answers.pop().unwrap()));
+        assert_eq!(r.unwrap_err().kind, ErrorKind::PeerUrlExists);
+        assert!(answers.is_empty());
+        // Anything else is the answer at once.
+        for (kind, line) in [
+            (
+                ErrorKind::TooManyLearners,
+                "etcdserver: too many learner members in cluster",
+            ),
+            (ErrorKind::Other, "etcdserver: permission denied"),
+        ] {
+            let mut calls = 0;
+            let r: Result<(), _> = retry_reconfig(|| {
+                calls += 1;
+                Err(e(kind, line))
+            });
+            assert_eq!((r.unwrap_err().kind, calls), (kind, 1), "{line}");
+        }
     }
 }

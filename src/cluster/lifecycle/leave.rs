@@ -169,24 +169,23 @@ pub fn execute(node: &Node, plan: &Plan) -> Result<Outcome, Failure> {
         return Ok(Outcome::NotAMember);
     };
     let client = node.client(via.clone());
-    let t = std::time::Instant::now();
-    loop {
-        match client.member_remove(member.id) {
-            Ok(()) => break,
-            Err(e) if e.kind == ErrorKind::MemberNotFound => return Ok(Outcome::NotAMember),
-            Err(e)
-                if e.kind == ErrorKind::UnhealthyCluster
-                    && t.elapsed() < super::join::RECONFIG_RETRY =>
-            {
-                std::thread::sleep(super::join::POLL)
-            }
-            Err(e) => {
-                return Err(Failure::new(
-                    ReasonCode::LeaveFailed,
-                    format!("cannot remove member {} ({}): {e}", member.id, member.name),
-                )
-                .with_source(e))
-            }
+    // A try whose answer was lost may have removed it: "not found" after one is ours.
+    let mut tries = 0;
+    match super::join::retry_reconfig(|| {
+        tries += 1;
+        client.member_remove(member.id)
+    }) {
+        Ok(()) => {}
+        Err(e) if e.kind == ErrorKind::MemberNotFound && tries == 1 => {
+            return Ok(Outcome::NotAMember)
+        }
+        Err(e) if e.kind == ErrorKind::MemberNotFound => {}
+        Err(e) => {
+            return Err(Failure::new(
+                ReasonCode::LeaveFailed,
+                format!("cannot remove member {} ({}): {e}", member.id, member.name),
+            )
+            .with_source(e))
         }
     }
     let remaining = client.member_list().map(|l| l.members).unwrap_or_default();
