@@ -247,7 +247,64 @@ pub fn load_settings(path: &Path) -> Result<Settings, Failure> {
     if let Some(backup) = &settings.backup {
         backup.check_files()?;
     }
+    check_install_dir(path, &settings.install_dir)?;
     Ok(settings)
+}
+
+/// `install.dir` as root may run binaries from (etcd's unit, every etcdctl the agent
+/// runs): the folder, or where it will be made, root's and not writable by group or
+/// others, not a symbolic link; every folder above it root's too, or sticky (`/tmp`:
+/// others may not rename what is ours there). What a folder above the configuration may
+/// hold is not asked: the configuration itself is root's ([`read_text`]).
+fn check_install_dir(config: &Path, dir: &Path) -> Result<(), Failure> {
+    let refuse = |what: &Path, why: String| {
+        Failure::new(
+            crate::reason::ReasonCode::ConfigInvalid,
+            format!(
+                "{}: install.dir {}: {} {why}; root runs the etcd binaries installed there, \
+                 so it and every folder above it must be root's and not writable by group \
+                 or others: fix its owner and mode, or set install.dir elsewhere",
+                config.display(),
+                dir.display(),
+                if what == dir {
+                    "the folder".to_string()
+                } else {
+                    format!("the folder above it, {},", what.display())
+                },
+            ),
+        )
+    };
+    let mut nearest = true;
+    for p in dir.ancestors() {
+        let meta = match std::fs::symlink_metadata(p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Failure::io(p, "cannot inspect install.dir", e)),
+        };
+        if p == dir && meta.file_type().is_symlink() {
+            return Err(refuse(p, "is a symbolic link".into()));
+        }
+        // A link above it is judged by where it leads.
+        let meta = if meta.file_type().is_symlink() {
+            std::fs::metadata(p).map_err(|e| Failure::io(p, "cannot inspect install.dir", e))?
+        } else {
+            meta
+        };
+        if !meta.is_dir() {
+            return Err(refuse(p, "is not a folder".into()));
+        }
+        if let Some(why) = raw::not_ours(&meta) {
+            use std::os::unix::fs::MetadataExt;
+            // Past the nearest existing folder, a root-owned sticky one keeps what is
+            // ours in it ours.
+            let sticky = meta.mode() & 0o1000 != 0 && meta.uid() == 0;
+            if nearest || !sticky {
+                return Err(refuse(p, why));
+            }
+        }
+        nearest = false;
+    }
+    Ok(())
 }
 
 /// The operator's advisories beside the configuration file at `path`

@@ -49,12 +49,20 @@ pub(super) fn read_text(path: &Path) -> Result<String, Failure> {
     };
     // Non-blocking, so that a FIFO put at the path cannot hold the run (or the status
     // server) forever; then only a regular file is read.
+    // Not through a symbolic link: root acts on what the file says (runs the binaries
+    // of install.dir, writes where it names), so the file is held to the key files' rule.
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+                let msg = format!(
+                    "{shown}: is a symbolic link; name the configuration file itself \
+                     (root acts on what it says, so it is read only where it is)"
+                );
+                fail(msg, e)
+            } else if e.kind() == std::io::ErrorKind::NotFound {
                 let msg = format!(
                     "{shown}: no such file; the node's configuration must be written there \
                  before the run (was cloud-init's write_files applied?)"
@@ -64,10 +72,10 @@ pub(super) fn read_text(path: &Path) -> Result<String, Failure> {
                 fail(format!("{shown}: cannot open: {e}"), e)
             }
         })?;
-    let kind = file
+    let meta = file
         .metadata()
-        .map_err(|e| fail(format!("{shown}: cannot read: {e}"), e))?
-        .file_type();
+        .map_err(|e| fail(format!("{shown}: cannot read: {e}"), e))?;
+    let kind = meta.file_type();
     if !kind.is_file() {
         use std::os::unix::fs::FileTypeExt;
         let what = if kind.is_fifo() {
@@ -82,6 +90,16 @@ pub(super) fn read_text(path: &Path) -> Result<String, Failure> {
         return Err(Failure::new(
             ReasonCode::ConfigInvalid,
             format!("{shown}: is {what}, not the node's configuration file"),
+        ));
+    }
+    if let Some(why) = not_ours(&meta) {
+        return Err(Failure::new(
+            ReasonCode::ConfigInvalid,
+            format!(
+                "{shown}: {why}; root acts on what the node's configuration says (runs the \
+                 binaries of install.dir, writes where it names), so it must be root's and \
+                 not writable by group or others: chown root:root and chmod 0644 it"
+            ),
         ));
     }
     let mut bytes = Vec::new();
@@ -103,6 +121,27 @@ pub(super) fn read_text(path: &Path) -> Result<String, Failure> {
             ),
         )
     })
+}
+
+/// Why a file or folder with `meta` is not one root may act on, if it is not: owned by
+/// another user than root or the one running (a test's or an operator's own run), or
+/// writable by group or others.
+pub(crate) fn not_ours(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != 0 && meta.uid() != me {
+        return Some(format!("is owned by uid {}, not root", meta.uid()));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        let who = if mode & 0o002 != 0 {
+            "others"
+        } else {
+            "its group"
+        };
+        return Some(format!("is writable by {who} (mode {mode:04o})"));
+    }
+    None
 }
 
 /// Turns a TOML syntax or structure error into one line naming the file, the position and,

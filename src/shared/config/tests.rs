@@ -809,3 +809,117 @@ fn doubtful_day_two_values_are_refused_naming_the_key() {
 }
 
 mod backup;
+
+/// The configuration is read only where it is, and only when no other user could have
+/// written it: root runs the binaries of the install.dir it names (the probe's
+/// `uid=0` from another user's `etcdctl`).
+#[test]
+fn a_configuration_through_a_link_or_writable_by_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, BASE).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(load(&path).is_ok());
+    let link = dir.path().join("link.toml");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let f = load(&link).expect_err("a link");
+    assert_eq!(f.code, ReasonCode::ConfigInvalid);
+    assert!(
+        f.message
+            .starts_with(&format!("{}: is a symbolic link", link.display())),
+        "{}",
+        f.message
+    );
+    for (mode, who) in [(0o664, "its group"), (0o646, "others")] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let f = load(&path).expect_err("writable by others");
+        assert!(
+            f.message.starts_with(&format!(
+                "{}: is writable by {who} (mode {mode:04o}); root acts on",
+                path.display()
+            )),
+            "{}",
+            f.message
+        );
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        let f = load(&path).expect_err("another user's");
+        assert!(
+            f.message
+                .contains("is owned by uid 65534, not root; root acts on"),
+            "{}",
+            f.message
+        );
+    }
+}
+
+/// install.dir, or where it will be made, and every folder above it must be root's and
+/// closed to others (a sticky folder above, as /tmp, keeps ours ours); never a link.
+#[test]
+fn an_install_dir_another_user_can_change_is_refused_naming_the_folder() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    // Not under /tmp or /var/tmp, which etcd's sandbox hides (a rule of its own): where
+    // the host tests keep their scratch folders (tests/support/scratch.rs).
+    let root = Path::new("/var/lib/etcd-setup-tests");
+    std::fs::create_dir_all(root).unwrap();
+    let dir = tempfile::tempdir_in(root).unwrap();
+    let top = dir.path().join("top");
+    let bin = top.join("bin");
+    std::fs::create_dir(&top).unwrap();
+    mode(&top, 0o755);
+    let path = dir.path().join("config.toml");
+    std::fs::write(
+        &path,
+        table("install", &format!("dir = \"{}\"", bin.display())),
+    )
+    .unwrap();
+    let refused = |what: &str| {
+        let f = load(&path).expect_err(what);
+        assert_eq!(f.code, ReasonCode::ConfigInvalid, "{what}");
+        f.message
+    };
+    // Not made yet, under a folder of root's: fine; under one others may write: not.
+    if let Err(f) = load(&path) {
+        panic!("{}", f.message)
+    }
+    mode(&top, 0o777);
+    let m = refused("to be made in a folder others write");
+    assert!(
+        m.contains(&format!(
+            "install.dir {}: the folder above it, {}, is writable by others (mode 0777)",
+            bin.display(),
+            top.display()
+        )),
+        "{m}"
+    );
+    // Made, in a folder others may write: they could rename it away and put theirs.
+    std::fs::create_dir(&bin).unwrap();
+    mode(&bin, 0o755);
+    let m = refused("in a folder others write");
+    assert!(m.contains("the folder above it"), "{m}");
+    // Sticky and root's, as /tmp: what is ours there stays ours.
+    if nix::unistd::geteuid().is_root() {
+        mode(&top, 0o1777);
+        assert!(load(&path).is_ok());
+    }
+    mode(&top, 0o755);
+    assert!(load(&path).is_ok());
+    mode(&bin, 0o775);
+    let m = refused("writable by its group");
+    assert!(
+        m.contains(&format!(
+            "install.dir {}: the folder is writable by its group (mode 0775); root runs",
+            bin.display()
+        )),
+        "{m}"
+    );
+    std::fs::remove_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(dir.path(), &bin).unwrap();
+    let m = refused("a link");
+    assert!(m.contains("the folder is a symbolic link"), "{m}");
+}
