@@ -20,9 +20,13 @@
 //!    own failure: the verified snapshot in `snapshot.dir` is still kept and recorded.
 //! 5. Retention: each folder keeps the newest `snapshot.retain` of this member's
 //!    snapshots, by the time in their names, the one just written always among them;
-//!    older ones are moved into `pruned/` beside them, never deleted (nothing is deleted
-//!    by a day-2 command). Names from the future (a clock that was ahead) are neither
-//!    counted nor moved, and are warned about. Only strict names are touched.
+//!    older ones are moved into `pruned/` beside them. `pruned/` is the way back from a
+//!    retention that went too far, not an archive: it keeps the newest
+//!    `snapshot.pruned_retain` of this member's snapshots, none older than
+//!    `snapshot.pruned_max_age`, and deletes the rest (the one place a day-2 command
+//!    deletes a snapshot; its size is in status and the metrics). Names from the future
+//!    (a clock that was ahead) are neither counted, moved nor deleted, and are warned
+//!    about. Only strict names of this member are touched.
 //! 6. Off the node with `[backup]` ([`offsite`]): uploaded to the bucket when this cluster
 //!    has no verified object of the current `backup.period`, under the cluster lock
 //!    `etcd-setup/backup`, encrypted, read back, then the bucket's retention. A failed
@@ -42,7 +46,7 @@ use crate::member::names;
 use crate::member::tools::{self, FileStatus};
 use crate::member::{Member, ThisMember};
 use crate::reason::{Failure, ReasonCode};
-use crate::shared::config::Settings;
+use crate::shared::config::{Settings, SnapshotSettings};
 use crate::shared::digest::Digest256;
 use crate::shared::report::{self, SnapshotTaken};
 use std::fs;
@@ -68,6 +72,8 @@ pub struct Outcome {
     pub digest: Digest256,
     /// Snapshots moved aside by retention: where they were, where they are.
     pub pruned: Vec<(PathBuf, PathBuf)>,
+    /// Snapshots deleted from `pruned/` by its bounds.
+    pub deleted: Vec<PathBuf>,
     /// The copy into `snapshot.copy_dir` failed (the snapshot itself is kept).
     pub copy_failure: Option<Failure>,
     /// The cluster's ID.
@@ -159,17 +165,29 @@ pub fn list(dir: &Path, cluster: u64, member: &str) -> Vec<PathBuf> {
     own.into_iter().map(|(n, _)| dir.join(n)).collect()
 }
 
-/// Keeps in `dir` the newest `retain` of this member's snapshots, `just_written` always
-/// among them; moves the others into `pruned/`. Names from after `now` are neither
-/// counted nor moved: a warning names them.
+/// What retention did in one folder.
+#[derive(Debug, Default)]
+struct Retained {
+    /// Snapshots moved into `pruned/`: where they were, where they are.
+    moved: Vec<(PathBuf, PathBuf)>,
+    /// Snapshots deleted from `pruned/` by its bounds.
+    deleted: Vec<PathBuf>,
+    /// The files in `pruned/` afterwards, and their bytes.
+    usage: (u64, u64),
+}
+
+/// Keeps in `dir` the newest `snapshot.retain` of this member's snapshots, `just_written`
+/// always among them; moves the others into `pruned/`, which keeps the newest
+/// `snapshot.pruned_retain` of them, none older than `snapshot.pruned_max_age`. Names
+/// from after `now` are neither counted, moved nor deleted: a warning names them.
 fn retain(
     dir: &Folder,
     just_written: &str,
     (cluster, member): (u64, &str),
-    retain: u64,
+    cfg: &SnapshotSettings,
     now: SystemTime,
     warnings: &mut Vec<String>,
-) -> Result<Vec<(PathBuf, PathBuf)>, Failure> {
+) -> Result<Retained, Failure> {
     let mut own: Vec<_> = own_snapshots(dir, cluster, member)
         .into_iter()
         .filter(|(n, _)| n != just_written)
@@ -189,13 +207,13 @@ fn retain(
         ));
     }
     past.sort_by_key(|(_, p)| std::cmp::Reverse((p.time, p.revision)));
-    let keep = usize::try_from(retain.saturating_sub(1)).unwrap_or(usize::MAX);
+    let keep = usize::try_from(cfg.retain.saturating_sub(1)).unwrap_or(usize::MAX);
     let old: Vec<_> = past.into_iter().skip(keep).collect();
-    if old.is_empty() {
-        return Ok(Vec::new());
+    let mut done = Retained::default();
+    if old.is_empty() && !dir.exists(PRUNED) {
+        return Ok(done);
     }
     let aside = dir.private(PRUNED)?;
-    let mut done = Vec::new();
     for (name, _) in old {
         let mut to = name.clone();
         if aside.exists(&to) {
@@ -203,10 +221,28 @@ fn retain(
         }
         dir.rename(&name, &aside, &to)
             .map_err(|e| Failure::io(&dir.join(&name), "cannot move aside", e))?;
-        done.push((dir.join(&name), aside.join(&to)));
+        done.moved.push((dir.join(&name), aside.join(&to)));
+    }
+    // pruned/'s own bounds: this member's snapshots by the time in their names.
+    let mut there: Vec<_> = own_snapshots(&aside, cluster, member)
+        .into_iter()
+        .filter(|(_, p)| p.time <= now)
+        .collect();
+    there.sort_by_key(|(_, p)| std::cmp::Reverse((p.time, p.revision)));
+    let oldest = now.checked_sub(cfg.pruned_max_age);
+    let keep = usize::try_from(cfg.pruned_retain).unwrap_or(usize::MAX);
+    for (i, (name, p)) in there.iter().enumerate() {
+        if i < keep && oldest.is_none_or(|o| p.time >= o) {
+            continue;
+        }
+        aside
+            .remove(name)
+            .map_err(|e| Failure::io(&aside.join(name), "cannot delete", e))?;
+        done.deleted.push(aside.join(name));
     }
     aside.sync()?;
     dir.sync()?;
+    done.usage = aside.usage();
     Ok(done)
 }
 
@@ -352,14 +388,18 @@ pub fn take(
         None => (None, None),
     };
     let me = (cluster, s.node_name.as_str());
-    let mut pruned = Vec::new();
+    let (mut pruned, mut deleted, mut usage) = (Vec::new(), Vec::new(), (0, 0));
     let mut folders = vec![&dir];
     if let Some((c, _)) = &copy {
         folders.push(c);
     }
     for f in folders {
-        match retain(f, &name, me, cfg.retain, now, &mut warnings) {
-            Ok(done) => pruned.extend(done),
+        match retain(f, &name, me, cfg, now, &mut warnings) {
+            Ok(done) => {
+                pruned.extend(done.moved);
+                deleted.extend(done.deleted);
+                usage = (usage.0 + done.usage.0, usage.1 + done.usage.1);
+            }
             Err(e) => warnings.push(format!(
                 "retention in {} {} failed, nothing more moved aside: {}",
                 f.key,
@@ -384,8 +424,11 @@ pub fn take(
             copy: copy.map(|(_, c)| c.display().to_string()),
             hash: status.hash,
             total_keys: status.total_keys,
+            pruned_files: usage.0,
+            pruned_bytes: usage.1,
         },
         pruned,
+        deleted,
         copy_failure,
         warnings,
     })
@@ -499,6 +542,14 @@ pub fn command(args: &crate::cli::SnapshotArgs) -> u8 {
                     "pruned {} (moved to {})",
                     old.display(),
                     to.display()
+                ));
+            }
+            for gone in &out.deleted {
+                lines.push(format!(
+                    "deleted {} (past snapshot.pruned_retain {} or snapshot.pruned_max_age {} h)",
+                    gone.display(),
+                    s.data.snapshot.pruned_retain,
+                    s.data.snapshot.pruned_max_age.as_secs() / 3600
                 ));
             }
             let mut warnings = out.warnings.clone();

@@ -237,6 +237,29 @@ impl Folder {
         );
     }
 
+    /// Removes the file `name` here (unlink never follows a link): for the bounds of
+    /// `pruned/`, whose snapshots were moved there by retention.
+    pub fn remove(&self, name: &str) -> io::Result<()> {
+        nix::unistd::unlinkat(
+            self.dir.as_fd(),
+            name,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        )
+        .map_err(errno)
+    }
+
+    /// The regular files here and their bytes in all (no link followed).
+    pub fn usage(&self) -> (u64, u64) {
+        self.names()
+            .iter()
+            .filter_map(|n| {
+                nix::sys::stat::fstatat(self.dir.as_fd(), n.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .ok()
+            })
+            .filter(|st| st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG)
+            .fold((0, 0), |(n, b), st| (n + 1, b + st.st_size as u64))
+    }
+
     /// The names in this folder.
     pub fn names(&self) -> Vec<String> {
         // Listed by path; whatever is done with a name is done relative to the opened

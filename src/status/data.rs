@@ -352,12 +352,21 @@ mod tests {
             copy: None,
             hash: 1,
             total_keys: 7,
+            pruned_files: 2,
+            pruned_bytes: 500,
         };
         record_snapshot(dir.path(), taken, Duration::from_secs(13 * 3600)).unwrap();
         let mut fresh = answer();
         annotate(&mut fresh, dir.path(), taken_at + Duration::from_secs(3600));
         assert!(!fresh.snapshot.as_ref().unwrap().stale);
         assert!(fresh.warnings.is_empty(), "{:?}", fresh.warnings);
+        let long = crate::status::text_long(&fresh);
+        assert!(
+            long.contains(
+                " size 20512 /var/lib/etcd-setup/snapshots/x.db; pruned/: 2 file(s), 500 bytes\n"
+            ),
+            "{long}"
+        );
         let mut old = answer();
         annotate(
             &mut old,
@@ -414,6 +423,8 @@ mod tests {
             copy: None,
             hash: 1,
             total_keys: 7,
+            pruned_files: 0,
+            pruned_bytes: 0,
         };
         let f = crate::reason::Failure::new(ReasonCode::DiskFull, "the copy disk is full");
         crate::shared::report::record_snapshot_kept(

@@ -217,6 +217,16 @@ pub fn exposition(answer: &Answer, now: SystemTime) -> String {
                 "Size of the last good snapshot.",
                 last.size,
             );
+            o.gauge(
+                "snapshot_pruned_bytes",
+                "Bytes of the files in the snapshot folders' pruned/ after the last good snapshot's retention.",
+                last.pruned_bytes,
+            );
+            o.gauge(
+                "snapshot_pruned_files",
+                "Files in the snapshot folders' pruned/ after the last good snapshot's retention.",
+                last.pruned_files,
+            );
         }
         o.gauge(
             "snapshot_stale",

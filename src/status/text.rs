@@ -203,8 +203,8 @@ fn raw_long(a: &Answer) -> String {
     }
     if let Some(l) = a.snapshot.as_ref().and_then(|v| v.last.as_ref()) {
         out.push_str(&format!(
-            "snapshot: {} revision {} size {} {}\n",
-            l.time, l.revision, l.size, l.file
+            "snapshot: {} revision {} size {} {}; pruned/: {} file(s), {} bytes\n",
+            l.time, l.revision, l.size, l.file, l.pruned_files, l.pruned_bytes
         ));
     }
     if let Some(b) = &a.backup {

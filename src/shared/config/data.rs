@@ -34,6 +34,11 @@ pub const SHARED_DIRS: &[&str] = &[
 pub const DEFAULT_SNAPSHOT_DIR: &str = "/var/lib/etcd-setup/snapshots";
 /// `snapshot.retain` when not given (k3s keeps 5 as well).
 pub const DEFAULT_RETAIN: u64 = 5;
+/// `snapshot.pruned_retain` when not given: `pruned/` holds at most as many of this
+/// member's snapshots as the folder keeps, so it never holds more than the kept ones do.
+pub const DEFAULT_PRUNED_RETAIN: u64 = DEFAULT_RETAIN;
+/// `snapshot.pruned_max_age` when not given: a week.
+pub const DEFAULT_PRUNED_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// `[snapshot]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +49,10 @@ pub struct SnapshotSettings {
     pub copy_dir: Option<PathBuf>,
     /// `snapshot.retain`: how many snapshots are kept in each folder.
     pub retain: u64,
+    /// `snapshot.pruned_retain`: how many of the snapshots moved into `pruned/` stay there.
+    pub pruned_retain: u64,
+    /// `snapshot.pruned_max_age`: a snapshot in `pruned/` older than this is deleted.
+    pub pruned_max_age: Duration,
     /// `snapshot.timeout`: the longest snapshot save.
     pub timeout: Duration,
     /// `snapshot.stale_after`: a last snapshot older than this is a warning in status.
@@ -157,6 +166,27 @@ impl Checker<'_> {
             Duration::from_secs(600),
             day,
         )?;
+        let pruned_retain = self.count(
+            "snapshot.pruned_retain",
+            snapshot.pruned_retain,
+            DEFAULT_PRUNED_RETAIN,
+        )?;
+        let pruned_max_age = self.duration(
+            "snapshot.pruned_max_age",
+            snapshot.pruned_max_age,
+            DEFAULT_PRUNED_MAX_AGE,
+            3650 * day,
+        )?;
+        if pruned_max_age < Duration::from_secs(3600) {
+            return Err(self.err(
+                "snapshot.pruned_max_age",
+                format_args!(
+                    "{} s is under an hour; pruned/ is the way back from a bad retention, \
+                     give it time",
+                    pruned_max_age.as_secs()
+                ),
+            ));
+        }
         let stale_after = self.duration(
             "snapshot.stale_after",
             snapshot.stale_after,
@@ -216,6 +246,8 @@ impl Checker<'_> {
                 dir,
                 copy_dir,
                 retain,
+                pruned_retain,
+                pruned_max_age,
                 timeout,
                 stale_after,
             },

@@ -311,6 +311,8 @@ pub(super) struct RawSnapshot {
     pub(super) dir: Option<Value>,
     pub(super) copy_dir: Option<Value>,
     pub(super) retain: Option<Value>,
+    pub(super) pruned_retain: Option<Value>,
+    pub(super) pruned_max_age: Option<Value>,
     pub(super) prune: Option<Value>,
     pub(super) timeout: Option<Value>,
     pub(super) stale_after: Option<Value>,

@@ -97,6 +97,8 @@ fn the_documented_example_parses_to_its_typed_values() {
                 dir: "/var/lib/etcd-setup/snapshots".into(),
                 copy_dir: Some("/mnt/etcd-backup".into()),
                 retain: 5,
+                pruned_retain: 5,
+                pruned_max_age: Duration::from_secs(7 * 24 * 3600),
                 timeout: Duration::from_secs(600),
                 stale_after: Duration::from_secs(13 * 3600),
             },

@@ -33,6 +33,12 @@ pub struct SnapshotTaken {
     /// The keys of the database file, etcd's own buckets' included (`snapshot status`'s
     /// total keys).
     pub total_keys: u64,
+    /// The files in the snapshot folders' `pruned/` after its retention, in all.
+    #[serde(default)]
+    pub pruned_files: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub pruned_bytes: u64,
 }
 
 /// A snapshot that failed.

@@ -95,7 +95,8 @@ fn failure_space_alarms_snapshot_certificates_and_advisories() {
         "space": { "db_size": 900, "db_size_in_use": 400, "quota": 1000, "quota_used_percent": 90 },
         "alarms": ["NOSPACE"],
         "snapshot": {
-            "last": { "time": "x", "unix_time": 400, "revision": 3, "size": 77, "file": "/s", "hash": 1, "total_keys": 5 },
+            "last": { "time": "x", "unix_time": 400, "revision": 3, "size": 77, "file": "/s", "hash": 1, "total_keys": 5,
+                      "pruned_files": 4, "pruned_bytes": 3000 },
             "failure": { "time": "y", "code": "snapshot-failed", "message": "m" },
             "stale": true
         },
@@ -126,6 +127,8 @@ fn failure_space_alarms_snapshot_certificates_and_advisories() {
         "etcd_setup_snapshot_stale 1".into(),
         "etcd_setup_snapshot_failing 1".into(),
         "etcd_setup_snapshot_copy_failing 0".into(),
+        "etcd_setup_snapshot_pruned_bytes 3000".into(),
+        "etcd_setup_snapshot_pruned_files 4".into(),
         format!("etcd_setup_certificate_expiry_timestamp_seconds{{{labels}}} 5000"),
         format!("etcd_setup_certificate_problem{{{labels},code=\"cert-expired\"}} 1"),
         format!("etcd_setup_certificate_expiring{{{labels}}} 0"),
