@@ -460,21 +460,48 @@ fn b_iso_inserted_after_boot_is_picked_up_from_the_uevent() {
         "{breakdown}"
     );
     assert_etcd_healthy(&vm);
-    // Issue 24: the unit is the package's, loaded at boot; nothing in this boot (the
-    // SIGTERM'd run's way out, the run that installed and started etcd) reloaded systemd,
-    // and etcd is enabled for the next boot all the same.
-    let reloads = root(
+    // Issue 24: the unit is the package's, loaded at boot; nothing on the road to healthy
+    // (the SIGTERM'd run's way out, the run that installed and started etcd) reloaded
+    // systemd, and etcd is enabled for the next boot all the same. Issue 38: once the run
+    // said running, one reload, so that `systemctl status etcd` does not say "disabled"
+    // (systemd's cached unit-file state) on a node that runs it.
+    let order = root(
         &vm,
-        "journalctl -b _PID=1 -o cat --no-pager | grep -E 'Reloading|daemon-reload' || true",
+        "journalctl -b -o cat --no-pager _PID=1 + _SYSTEMD_UNIT=etcd-setup.service \
+         | grep -E 'Reloading|daemon-reload|etcd is running and healthy|systemd reloaded' || true",
+    );
+    let lines: Vec<&str> = order.lines().collect();
+    let healthy = lines
+        .iter()
+        .position(|l| l.contains("etcd is running and healthy"))
+        .unwrap_or_else(|| panic!("the run did not say running:\n{order}"));
+    let on_the_road: Vec<&&str> = lines[..healthy]
+        .iter()
+        .filter(|l| l.contains("Reloading") || l.contains("daemon-reload"))
+        .collect();
+    assert!(
+        on_the_road.is_empty(),
+        "systemd reloaded on the road to healthy:\n{order}"
     );
     assert!(
-        reloads.trim().is_empty(),
-        "systemd reloaded in this boot:\n{reloads}"
+        lines[healthy..]
+            .iter()
+            .any(|l| l.contains("etcd.service enabled: systemd reloaded")),
+        "no reload after the run said running:\n{order}"
     );
     assert_eq!(
-        root(&vm, "systemctl is-enabled etcd.service; readlink /etc/systemd/system/multi-user.target.wants/etcd.service"),
-        "enabled\n/lib/systemd/system/etcd.service\n"
+        root(&vm, "systemctl is-enabled etcd.service; readlink /etc/systemd/system/multi-user.target.wants/etcd.service; systemctl show -p UnitFileState --value etcd.service"),
+        "enabled\n/lib/systemd/system/etcd.service\nenabled\n"
     );
+    let loaded = root(
+        &vm,
+        "systemctl status --no-pager etcd.service | grep 'Loaded:' || true",
+    );
+    assert!(
+        loaded.contains("; enabled;"),
+        "systemctl status etcd: {loaded}"
+    );
+    verdict("systemctl status after the run", 0.0, loaded.trim());
 
     // A node an older agent set up: its rendered unit in /etc/systemd/system (which
     // overrides the package's) and enabled there. The next run moves it aside, reloads

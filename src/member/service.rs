@@ -472,6 +472,7 @@ impl Etcd {
         let ours = std::fs::symlink_metadata(legacy).is_ok_and(|m| m.is_file())
             && std::fs::read_to_string(legacy)
                 .is_ok_and(|t| t.starts_with(unit::LEGACY_UNIT_HEADER));
+        let mut moved = None;
         if ours {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -481,17 +482,12 @@ impl Etcd {
             if let Some(dir) = legacy.parent() {
                 let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
             }
-            self.sd.reload()?;
-            eprintln!(
-                "<5>moved {} (written by an older etcd-setup) aside to {} and reloaded systemd once: etcd runs from the package's {}",
-                legacy.display(),
-                aside.display(),
-                unit::PACKAGED_UNIT_FILE
-            );
+            moved = Some(aside);
         }
         // Enabled, but for a unit file that is gone: enabled again for the package's.
         // systemd's enable keeps a link of the unit's name that points elsewhere (seen on
-        // bookworm's 252, force or not), so the dangling link goes first.
+        // bookworm's 252, force or not), so the dangling link goes first. Before the
+        // reload, which then reads the unit and its enablement as they stay.
         let dangling = std::fs::symlink_metadata(&wants).is_ok_and(|m| m.file_type().is_symlink())
             && std::fs::metadata(&wants).is_err();
         if dangling {
@@ -501,6 +497,15 @@ impl Etcd {
                 Err(e) => return Err(Failure::io(&wants, "cannot remove", e)),
             }
             self.sd.enable(ETCD_UNIT)?;
+        }
+        if let Some(aside) = moved {
+            self.sd.reload()?;
+            eprintln!(
+                "<5>moved {} (written by an older etcd-setup) aside to {} and reloaded systemd once: etcd runs from the package's {}",
+                legacy.display(),
+                aside.display(),
+                unit::PACKAGED_UNIT_FILE
+            );
         }
         Ok(())
     }

@@ -530,7 +530,8 @@ fn start_and_confirm(
         )
         .with_source(anyhow::anyhow!("last journal lines of etcd.service:\n{}", journal.join("\n"))));
     }
-    // Proven: enabled for the next boot (the symlinks only; systemd needs no reload).
+    // Proven: enabled for the next boot (the symlinks only; systemd needs no reload to
+    // start it at the next boot).
     etcd.enable()?;
     with(shared, |r| r.step("enabled"));
     // The baseline for status's crash-loop rule: restarts after this one are news. The
@@ -541,6 +542,33 @@ fn start_and_confirm(
     with(shared, |r| {
         r.succeed("etcd is running and healthy", confirmed)
     });
+    // Off the road to healthy, which is over: systemd's unit-file state of the loaded
+    // unit, which `systemctl status etcd` shows, is read afresh only by a reload, and
+    // said "disabled" after a first run.
+    if sd
+        .loaded_enablement(ETCD_UNIT)
+        .is_ok_and(|s| s != "enabled")
+    {
+        match sd.reload() {
+            Ok(()) => with(shared, |r| {
+                r.log(
+                    6,
+                    "etcd.service enabled: systemd reloaded, so that `systemctl status etcd` \
+                     says so",
+                )
+            }),
+            Err(e) => with(shared, |r| {
+                r.log(
+                    4,
+                    &format!(
+                        "etcd.service is enabled, but `systemctl status etcd` may say \
+                         disabled until systemd reloads: {}",
+                        e.headline()
+                    ),
+                )
+            }),
+        }
+    }
     Ok(())
 }
 

@@ -17,7 +17,10 @@
 //!   symlinks. A unit systemd has loaded starts and stops as before without a reload;
 //!   the symlinks count from the next boot (which reads them afresh), and
 //!   `GetUnitFileState` (`systemctl is-enabled`) reads them from disk at once. So neither
-//!   is followed by a reload here: only a changed unit file needs one.
+//!   is followed by a reload here: only a changed unit file needs one. The loaded unit's
+//!   `UnitFileState` property (what `systemctl status` shows) is another matter: read when
+//!   the unit was loaded and at reloads only ([`Systemd::loaded_enablement`]); `run`
+//!   reloads once for it, after etcd is proven, never on the way there.
 
 mod journal;
 mod state;
@@ -216,6 +219,25 @@ impl Systemd {
             Err(e) if is_no_such_unit(&e) => Ok("not-found".to_string()),
             Err(e) => Err(refused("read the enablement state of", unit, e)),
         }
+    }
+
+    /// The enablement state systemd holds for the loaded `unit` (its `UnitFileState`
+    /// property, what `systemctl status` shows): read from disk when the unit was loaded,
+    /// and again only at a reload, so it can lag [`Systemd::is_enabled`].
+    pub fn loaded_enablement(&self, unit: &str) -> Result<String, Failure> {
+        block_on(async {
+            let path = self.manager.load_unit(unit).await?;
+            let props = zbus::fdo::PropertiesProxy::builder(&self.conn)
+                .destination("org.freedesktop.systemd1")?
+                .path(path)?
+                .build()
+                .await?;
+            let v = props
+                .get("org.freedesktop.systemd1.Unit".try_into()?, "UnitFileState")
+                .await?;
+            String::try_from(v).map_err(zbus::Error::from)
+        })
+        .map_err(|e| refused("report the enablement state of", unit, e))
     }
 
     /// Follows `unit` until `pred` holds for its state or `deadline` passes. Event driven:
