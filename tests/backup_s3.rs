@@ -764,6 +764,57 @@ mod bucket {
         }
     }
 
+    /// Issue 38, item 3: `latest` whose revision is below an older backup's of the
+    /// cluster is said (a restore since, or an older snapshot under a newer name), not
+    /// refused: etcd's restore keeps the backup's revision, so a cluster restored from an
+    /// older backup uploads lower revisions for a while.
+    #[test]
+    fn a_latest_below_an_older_backups_revision_is_said() {
+        use etcd_setup::backup::fetch::{self, Which};
+        let b = settings("regress/", "period = \"1h\"");
+        let c = client_for(&b);
+        let ours = 0xeeee;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let (file, _) = snapshot(100, 5);
+        let up = |at: u64, revision: i64| {
+            bucket::upload_snapshot(
+                &b,
+                &c,
+                file.path(),
+                &digest_of(file.path()),
+                &meta(ours, at, revision),
+                &mut pass_through,
+            )
+            .unwrap()
+            .key
+        };
+        up(now - 3 * 3600, 94);
+        up(now - 4 * 3600, 50);
+        let first = up(now - 2 * 3600, 120);
+        let latest = fetch::choose(&b, &c, ours, &Which::Latest).unwrap();
+        assert_eq!(
+            (latest.backup.key.as_str(), &latest.regression),
+            (first.as_str(), &None)
+        );
+        let low = up(now - 3600, 92);
+        let latest = fetch::choose(&b, &c, ours, &Which::Latest).unwrap();
+        assert_eq!(latest.backup.key, low);
+        let said = latest.regression.expect("a regression said");
+        let first_name = first.rsplit('/').next().unwrap();
+        assert!(
+            said.contains("(revision 92) is the newest backup, but the older ")
+                && said.contains(&format!("{first_name} holds revision 120")),
+            "{said}"
+        );
+        // Named, a backup is what the operator chose: nothing said.
+        let name = low.rsplit('/').next().unwrap().to_string();
+        let named = fetch::choose(&b, &c, ours, &Which::Name(name)).unwrap();
+        assert_eq!(named.regression, None);
+    }
+
     #[test]
     fn an_upload_is_due_once_the_period_of_the_newest_verified_object_is_over() {
         let b = settings("due/", "period = \"1h\"");

@@ -128,6 +128,8 @@ pub struct Listed {
     pub name: String,
     /// Its metadata.
     pub recorded: Recorded,
+    /// For `latest`: an older believed backup of the cluster holds a higher revision.
+    pub regression: Option<String>,
 }
 
 impl Listed {
@@ -168,6 +170,7 @@ pub fn list(
         out.push(Listed {
             name: b.key.strip_prefix(&prefix).unwrap_or(&b.key).to_string(),
             recorded: Recorded::of(&head),
+            regression: None,
             backup: b,
         });
     }
@@ -232,11 +235,27 @@ pub fn choose(
             let all = list(settings, client, cluster)?;
             let count = all.len();
             let now = SystemTime::now();
-            all.into_iter()
-                .find(|l| {
+            let believed: Vec<Listed> = all
+                .into_iter()
+                .filter(|l| {
                     l.recorded.cluster == Some(cluster)
                         && l.recorded.read_back()
                         && bucket::distrusted(&l.backup, l.recorded.time.as_deref(), now).is_none()
+                })
+                .collect();
+            let higher = believed
+                .iter()
+                .skip(1)
+                .max_by_key(|l| l.backup.name.revision)
+                .map(|l| (l.name.clone(), l.backup.name.revision));
+            believed
+                .into_iter()
+                .next()
+                .map(|mut l| {
+                    l.regression = higher
+                        .filter(|(_, r)| *r > l.backup.name.revision)
+                        .map(|(older, r)| regression(settings, &l, &older, r));
+                    l
                 })
                 .ok_or_else(|| {
                     Failure::new(
@@ -316,9 +335,25 @@ pub fn choose(
                     size: head.size,
                 },
                 recorded,
+                regression: None,
             })
         }
     }
+}
+
+/// What is said of `latest` (`l`) when the older believed backup `older` holds the higher
+/// revision `revision`: a cluster restored from an older backup since goes on from that
+/// backup's revision (etcd's restore keeps it), so this is no proof of tampering, but a
+/// writer of the bucket could also have put an older snapshot under a newer name.
+fn regression(settings: &BackupSettings, l: &Listed, older: &str, revision: i64) -> String {
+    format!(
+        "{} (revision {}) is the newest backup, but the older {older} holds revision \
+         {revision}: expected when the cluster was restored from an older backup since; \
+         otherwise someone who can write the bucket put an older snapshot under a newer \
+         name. Check `etcd-setup backups` and name the backup to use",
+        shown(settings, &l.backup.key),
+        l.backup.name.revision
+    )
 }
 
 /// A scratch folder of this process in `<snapshot.dir>/.backup-scratch/`, removed with

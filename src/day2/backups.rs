@@ -249,6 +249,9 @@ pub fn prove(
     identity: Option<&Path>,
 ) -> Result<Proven, Failure> {
     let chosen = fetch::choose(b, client, cluster, which)?;
+    if let Some(w) = &chosen.regression {
+        eprintln!("etcd-setup: warning: {}", crate::shared::printable::line(w));
+    }
     let proven = fetch::fetch(
         b,
         client,

@@ -100,6 +100,9 @@ pub fn decide(
         }
     };
     let shown = fetch::shown(b, &chosen.backup.key);
+    if let Some(w) = &chosen.regression {
+        progress(&format!("restore_when_empty: warning: {w}"));
+    }
     let me = settings.node_name.as_str();
     let members: Vec<&str> = settings
         .initial_cluster
