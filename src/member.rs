@@ -7,7 +7,7 @@
 //!   from the settings) and the one etcd.service controller ([`service`]: stop, start,
 //!   confirm, one-shot flags).
 //! - Its data dir: swapped for a restored one ([`swap`]), the cluster a snapshot or data
-//!   dir belongs to ([`identity`], read by [`bolt`]). Moving a data dir aside stays in
+//!   dir belongs to ([`identity`], read by [`crate::shared::bolt`]). Moving a data dir aside stays in
 //!   `cluster/lifecycle/aside.rs`: the join moves a removed member's data dir aside
 //!   (`join::prepare`), and `cluster/` sits below this part.
 //! - Snapshot files: etcd's tools on them ([`tools`]: status, restore, the SHA-256
@@ -17,7 +17,6 @@
 //!
 //! It sits above the cluster client (`cluster/`) and below `road/`, `backup/` and `day2/`.
 
-pub(crate) mod bolt;
 pub mod folder;
 pub mod identity;
 pub mod names;

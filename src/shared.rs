@@ -6,6 +6,7 @@
 
 pub mod advisory;
 pub mod age_key;
+pub mod bolt;
 pub mod config;
 pub mod digest;
 pub mod lock;

@@ -417,3 +417,81 @@ fn after_a_restore_that_keeps_the_cluster_id_the_other_nodes_join_through_the_de
     assert_three_healthy_voters(&c);
     assert_keys_through(&c, 2);
 }
+
+/// Issue 38, item 1 (B1, the other order): the cluster went back to an older backup while
+/// two members were off with newer data; their join decision refuses (`join-blocked`),
+/// their data dirs left where they are, instead of moving the newer data aside to join
+/// the older cluster. The revision is read from the stopped member's own database.
+#[test]
+fn a_member_with_data_newer_than_the_cluster_it_would_join_refuses_and_keeps_them() {
+    let mut c = Cluster::start("3.5.16", 3, "tok-newer");
+    let snap = c.dir().join("snap.db");
+    c.client()
+        .snapshot_save(&c.client_url(0), &snap, Duration::from_secs(30))
+        .unwrap();
+    write_keys(&c);
+    let newer = c.client().endpoint_status().unwrap()[0].revision;
+    for i in 1..3 {
+        assert!(
+            c.stop(i, Duration::from_secs(30)),
+            "{} did not stop",
+            c.members[i].name
+        );
+    }
+    c.wipe(0);
+    let out = std::process::Command::new(c.bin.join("etcdutl"))
+        .arg("snapshot")
+        .arg("restore")
+        .arg(&snap)
+        .arg(format!("--name={}", c.members[0].name))
+        .arg(format!("--data-dir={}", c.members[0].data_dir.display()))
+        .arg(format!("--initial-cluster={}", c.initial_cluster_arg()))
+        .arg(format!("--initial-cluster-token={}", c.token))
+        .arg(format!("--initial-advertise-peer-urls={}", c.peer_url(0)))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.extra = vec!["--force-new-cluster".into()];
+    let initial = c.initial_cluster_arg();
+    c.launch(0, &initial, "new");
+    c.await_ready(0);
+    c.extra.clear();
+    let older = c
+        .client()
+        .with_endpoints(vec![c.client_url(0)])
+        .endpoint_status()
+        .unwrap()[0]
+        .revision;
+    assert!(older < newer, "the backup's {older}, the members' {newer}");
+    for i in 1..3 {
+        let n = node(&c, i);
+        // The stopped member's database says the revision etcd served before its stop.
+        assert_eq!(
+            n.data(),
+            etcd_setup::cluster::lifecycle::Data::Held(Some(newer))
+        );
+        let decision = join::decide(&n, WAIT, &mut |_| {}).unwrap();
+        let Decision::Refuse { code, why } = &decision else {
+            panic!("{} decided {decision:?}", n.name)
+        };
+        assert_eq!(*code, ReasonCode::JoinBlocked);
+        assert!(
+            why.contains(&format!("holds revision {newer}, newer than cluster"))
+                && why.contains(&format!("'s {older}: the cluster went back")),
+            "{why}"
+        );
+        assert!(n.data_dir.join("member/snap/db").is_file(), "moved: {why}");
+        println!("{}: {why}", n.name);
+    }
+    // Nothing changed in the cluster: one member, the backup's.
+    let list = c
+        .client()
+        .with_endpoints(vec![c.client_url(0)])
+        .member_list()
+        .unwrap();
+    assert_eq!(list.members.len(), 1);
+}

@@ -12,9 +12,9 @@
 //!
 //! Every failure is `backup-verify-failed`, naming the file and what did not hold.
 
-use crate::member::bolt::Db;
 use crate::member::tools;
 use crate::reason::{Failure, ReasonCode};
+use crate::shared::bolt::Db;
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};

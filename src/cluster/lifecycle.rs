@@ -39,4 +39,4 @@ pub mod start;
 pub mod survey;
 
 pub use decide::Decision;
-pub use node::Node;
+pub use node::{Data, Node};

@@ -16,8 +16,8 @@
 //! beside the verdict: anyone who can write a folder or a bucket can choose a name (issue
 //! 38: another cluster's snapshot uploaded under this cluster's name was restored).
 
-use super::bolt::Db;
 use crate::cluster::etcd::{cluster_id, member_id, Id};
+use crate::shared::bolt::Db;
 use crate::shared::config::Settings;
 use std::path::Path;
 

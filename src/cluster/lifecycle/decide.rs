@@ -9,6 +9,7 @@
 //! | this node's peer URL is a member | has data | start as configured (it is a member) |
 //! | this node's peer URL is an initial voter that never started, with the ID our peer URL and token give (first boot, this node late) | empty | start as configured: etcd bootstraps it with `new` |
 //! | this node's peer URL is not a member | has data | the member was removed: move the data aside, then join |
+//! | this node's peer URL is not a member | has data of a higher revision than the cluster's | refuse: `join-blocked` (the cluster went back to an older state while this node was away; its newer data are not moved aside to join it) |
 //! | this node's peer URL is not a member | empty | join |
 //! | this node's peer URL is a member that started once (the VM was recreated empty), or a learner of an earlier attempt | empty | remove that stale member, then join |
 //! | another member has this node's name at another peer URL | any | wait: it may be a second node misnamed, never removed by us |
@@ -39,7 +40,7 @@
 //! healthy would deadlock two nodes of a five-member cluster replaced at once, each
 //! waiting for the other.
 
-use super::node::Node;
+use super::node::{Data, Node};
 use super::survey::{MemberHealth, Survey};
 use crate::cluster::etcd::{Id, Member};
 use crate::reason::ReasonCode;
@@ -82,8 +83,9 @@ pub fn quorum(voters: usize) -> usize {
     voters / 2 + 1
 }
 
-/// Decides from `survey` for `node`, whose data dir holds data when `has_data`.
-pub fn decide(node: &Node, has_data: bool, survey: &Survey) -> Decision {
+/// Decides from `survey` for `node`, whose data dir holds `data`.
+pub fn decide(node: &Node, data: Data, survey: &Survey) -> Decision {
+    let has_data = data != Data::Empty;
     let answered: Vec<(&String, &crate::cluster::etcd::MemberList)> = survey
         .peers
         .iter()
@@ -255,6 +257,45 @@ pub fn decide(node: &Node, has_data: bool, survey: &Survey) -> Decision {
                 sick.join("; ")
             ),
         };
+    }
+    if let Data::Held(Some(ours)) = data {
+        // A removed member's data are moved aside to join, unless they are newer than
+        // the cluster's: then the cluster went back (a restore from an older backup while
+        // this node was off), and joining would leave the newer data aside and serve the
+        // older ones. Revisions of two histories compare only roughly: a cluster that went
+        // on past this revision is joined as before.
+        let theirs = survey
+            .answers
+            .iter()
+            .filter_map(|(_, a)| a.status.as_ref().ok())
+            .flatten()
+            .map(|s| s.revision)
+            .max();
+        match theirs {
+            None => {
+                return Decision::Wait {
+                    why: format!(
+                        "this node's data dir holds revision {ours}; no member gave the \
+                         cluster's revision to compare it with before moving it aside"
+                    ),
+                }
+            }
+            Some(theirs) if ours > theirs => {
+                return Decision::Refuse {
+                    code: ReasonCode::JoinBlocked,
+                    why: format!(
+                        "this node's data dir {} holds revision {ours}, newer than cluster \
+                         {id}'s {theirs}: the cluster went back to an older state (a restore \
+                         from an older backup?) while this node was away, and joining would \
+                         move the newer data aside. etcd stays off; compare the two, then \
+                         either bring these data back (etcd-setup snapshot here, restore on \
+                         the cluster) or move the data dir aside yourself to join",
+                        node.data_dir.display()
+                    ),
+                }
+            }
+            Some(_) => {}
+        }
     }
     let via = healthy
         .iter()

@@ -97,7 +97,7 @@ pub fn decide(
     let t = Instant::now();
     loop {
         let s = survey::survey(node, node.peer_client_urls(), &[]);
-        match decide::decide(node, node.has_data(), &s) {
+        match decide::decide(node, node.data(), &s) {
             Decision::Wait { why } => {
                 if t.elapsed() >= wait {
                     return Err(Failure::new(

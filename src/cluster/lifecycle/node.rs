@@ -30,6 +30,26 @@ pub struct Node {
     pub etcdctl: PathBuf,
 }
 
+/// What this node's data dir holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Data {
+    /// Nothing: no `member/`.
+    Empty,
+    /// etcd's data, whose newest revision is this when it could be read.
+    Held(Option<i64>),
+}
+
+impl From<bool> for Data {
+    /// Data of a revision not read, or none.
+    fn from(has_data: bool) -> Data {
+        if has_data {
+            Data::Held(None)
+        } else {
+            Data::Empty
+        }
+    }
+}
+
 impl Node {
     /// The cluster ID etcd computed when it bootstrapped from this configuration.
     pub fn expected_cluster_id(&self) -> Id {
@@ -92,6 +112,23 @@ impl Node {
     /// Whether the data dir holds etcd data (`member/` inside it).
     pub fn has_data(&self) -> bool {
         self.data_dir.join("member").exists()
+    }
+
+    /// What the data dir holds: nothing, or etcd's data with the newest revision of its
+    /// database (`member/snap/db`: the last key of its `key` bucket, read down the tree's
+    /// edge; `None` when it cannot be read). Read while etcd is stopped, before a join.
+    pub fn data(&self) -> Data {
+        if !self.has_data() {
+            return Data::Empty;
+        }
+        let db = self.data_dir.join("member/snap/db");
+        let revision = crate::shared::bolt::Db::open(&db)
+            .and_then(|d| d.last_key(b"key"))
+            .ok()
+            .flatten()
+            .and_then(|k| <[u8; 8]>::try_from(k.get(..8)?).ok())
+            .map(i64::from_be_bytes);
+        Data::Held(revision)
     }
 }
 

@@ -75,8 +75,18 @@ fn meta(buf: &[u8]) -> Option<(u64, u64, u64)> {
 impl Db {
     /// Opens `path` (a regular file, opened without blocking) and reads its meta.
     pub fn open(path: &Path) -> Result<Db, String> {
-        let file = super::tools::open_regular(path).map_err(|e| e.to_string())?;
-        let size = file.metadata().map_err(|e| e.to_string())?.len();
+        use std::os::unix::fs::OpenOptionsExt;
+        // Without blocking: a FIFO planted at its name must not hang the caller.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let m = file.metadata().map_err(|e| e.to_string())?;
+        if !m.is_file() {
+            return Err(format!("{} is not a regular file", path.display()));
+        }
+        let size = m.len();
         let mut first = vec![0u8; 4096.min(size as usize)];
         file.read_exact_at(&mut first, 0)
             .map_err(|e| format!("cannot read its first page: {e}"))?;
@@ -197,6 +207,51 @@ impl Db {
         Ok(found.then_some((n, last)))
     }
 
+    /// The last key of the top-level bucket `name` (none if it is absent or empty), read
+    /// down the tree's right edge: a few pages, whatever the database's size.
+    pub fn last_key(&self, name: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        let mut budget = MAX_PAGES;
+        let mut value = None;
+        self.tree(self.root, 0, &mut budget, &mut |(fl, k, v)| {
+            if fl & BUCKET_FLAG != 0 && k == name {
+                value = Some(v);
+            }
+        })?;
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        let mut last = None;
+        let mut keep = |(f, k, _): Element| {
+            if f & BUCKET_FLAG == 0 {
+                last = Some(k);
+            }
+        };
+        let mut id = u64_at(&value, 0).ok_or("a bucket header is cut short")?;
+        if id == 0 {
+            leaf(value.get(16..).unwrap_or_default(), &mut keep)?;
+            return Ok(last);
+        }
+        for _ in 0..=MAX_DEPTH {
+            let page = self.page(id, &mut budget)?;
+            match u16_at(&page, 8) {
+                Some(f) if f & BRANCH != 0 => {
+                    let count = usize::from(u16_at(&page, 10).unwrap_or(0));
+                    let Some(i) = count.checked_sub(1) else {
+                        return Ok(None);
+                    };
+                    id = u64_at(&page, PAGE_HEADER + i * ELEMENT + 8)
+                        .ok_or("a branch element is cut short")?;
+                }
+                Some(f) if f & LEAF != 0 => {
+                    leaf(&page, &mut keep)?;
+                    return Ok(last);
+                }
+                _ => return Err(format!("page {id} is neither a branch nor a leaf")),
+            }
+        }
+        Err("the tree is deeper than any real one (a loop?)".into())
+    }
+
     /// Calls `f` with every element of the top-level bucket `name`, in key order;
     /// whether the bucket is there.
     fn each(
@@ -306,6 +361,14 @@ mod tests {
             Some(vec![(b"k1".to_vec(), b"abc".to_vec())])
         );
         assert_eq!(db.bucket(b"meta").unwrap(), None);
+    }
+
+    #[test]
+    fn the_last_key_of_an_inline_bucket() {
+        let (_d, db) = open(&tiny(4096));
+        let db = db.unwrap();
+        assert_eq!(db.last_key(b"members").unwrap(), Some(b"k1".to_vec()));
+        assert_eq!(db.last_key(b"key").unwrap(), None);
     }
 
     #[test]
