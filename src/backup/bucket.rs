@@ -220,7 +220,7 @@ impl<R: Read> Read for Hashing<R> {
 /// whole-object hash would. `backup-verify-failed` naming the object and the first part
 /// that differs when not.
 pub fn verify_read_back(
-    client_shown: &str,
+    store: &str,
     key: &str,
     sent: &Sent,
     got: &[RangeRead],
@@ -230,7 +230,7 @@ pub fn verify_read_back(
         Err(Failure::new(
             ReasonCode::BackupVerifyFailed,
             format!(
-                "{key} in {client_shown}: {what}; {} bytes with SHA-256 {} were sent; the \
+                "{key} in {store}: {what}; {} bytes with SHA-256 {} were sent; the \
                  object does not count as a backup",
                 sent.object.len,
                 hex(&sent.object.sha256)
@@ -318,7 +318,8 @@ pub fn upload_snapshot(
         ));
     }
     let got = client.read_back(&name, &sent.parts)?;
-    verify_read_back(&format!("{client:?}"), &name, &sent, &got)?;
+    let store = format!("s3://{} at {}", settings.bucket, settings.endpoint);
+    verify_read_back(&store, &name, &sent, &got)?;
     metadata.push((key::PLAIN_SHA256.into(), super::sigv4::hex(&plain.sha256)));
     metadata.push((
         key::OBJECT_SHA256.into(),

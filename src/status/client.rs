@@ -18,8 +18,6 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-/// The largest reply the client reads.
-const MAX_REPLY: u64 = 1 << 20;
 /// How long the client waits for a reply beyond the request's own `--wait`.
 const SLACK: Duration = Duration::from_secs(20);
 
@@ -229,7 +227,7 @@ fn exchange(
 /// without reading what a client sent beyond its request.
 fn read_reply(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
     let mut reply = Vec::new();
-    let mut limited = stream.take(MAX_REPLY);
+    let mut limited = stream.take(super::protocol::MAX_REPLY);
     let mut buf = [0u8; 8192];
     loop {
         match limited.read(&mut buf) {

@@ -247,12 +247,20 @@ pub fn exposition(answer: &Answer, now: SystemTime) -> String {
     if let Some(b) = &answer.backup {
         backup_metrics(&mut o, b, now_s);
     }
-    if !answer.certificates.is_empty() {
+    // One series per label set: a CA twice in a bundle would be a duplicate series, which
+    // Prometheus rejects with the whole scrape.
+    let mut seen = std::collections::HashSet::new();
+    let certificates: Vec<_> = answer
+        .certificates
+        .iter()
+        .filter(|c| seen.insert(cert_labels(c)))
+        .collect();
+    if !certificates.is_empty() {
         o.family(
             "certificate_expiry_timestamp_seconds",
             "notAfter of each certificate of [tls] (leaves and CAs of the trusted bundles), seconds since the epoch.",
         );
-        for c in &answer.certificates {
+        for c in &certificates {
             if let Some(t) = c.not_after_unix {
                 o.sample("certificate_expiry_timestamp_seconds", &cert_labels(c), t);
             }
@@ -261,7 +269,7 @@ pub fn exposition(answer: &Answer, now: SystemTime) -> String {
             "certificate_problem",
             "1 when a [tls] file is expired, not yet valid or does not fit (code cert-expired or cert-mismatch).",
         );
-        for c in &answer.certificates {
+        for c in &certificates {
             let code = c.problem.as_ref().map_or("", |p| p.code.as_str());
             let mut labels = cert_labels(c);
             labels.push(("code", code));
@@ -271,7 +279,7 @@ pub fn exposition(answer: &Answer, now: SystemTime) -> String {
             "certificate_expiring",
             "1 when a certificate ends within tls.warn_days.",
         );
-        for c in &answer.certificates {
+        for c in &certificates {
             o.sample("certificate_expiring", &cert_labels(c), bit(c.expiring));
         }
     }

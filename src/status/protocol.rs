@@ -295,14 +295,20 @@ pub enum Reply {
     Error(ErrorBody),
 }
 
+/// The largest reply a client reads (the line with its newline).
+pub const MAX_REPLY: u64 = 1 << 20;
+
 impl Reply {
-    /// The reply's JSON, one line with a newline.
+    /// The reply's JSON, one line with a newline, at most [`MAX_REPLY`] bytes: an answer
+    /// that would be longer (thousands of CAs in a bundle, say) keeps the certificates
+    /// with a problem or expiring first and as many of the rest and of the warnings as
+    /// fit, and says in a warning how many it left out.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut bytes = match self {
-            Reply::Answer(a) => serde_json::to_vec(a),
-            Reply::Error(e) => serde_json::to_vec(&serde_json::json!({ "error": e })),
-        }
-        .unwrap_or_else(|_| {
+        let encoded = match self {
+            Reply::Answer(a) => fitted(a),
+            Reply::Error(e) => serde_json::to_vec(&serde_json::json!({ "error": e })).ok(),
+        };
+        let mut bytes = encoded.unwrap_or_else(|| {
             br#"{"error":{"code":"internal-error","message":"cannot encode the reply"}}"#.to_vec()
         });
         bytes.push(b'\n');
@@ -322,4 +328,47 @@ impl Reply {
             .map(|a| Reply::Answer(Box::new(a)))
             .map_err(|e| format!("the answer is malformed: {e}"))
     }
+}
+
+/// `a` encoded within [`MAX_REPLY`] (its newline counted), cut as [`Reply::to_line`] says;
+/// `None` when even the cut answer does not fit.
+fn fitted(a: &Answer) -> Option<Vec<u8>> {
+    let limit = MAX_REPLY as usize - 1;
+    let bytes = serde_json::to_vec(a).ok()?;
+    if bytes.len() <= limit {
+        return Some(bytes);
+    }
+    let mut cut = a.clone();
+    // Those that say something first.
+    cut.certificates
+        .sort_by_key(|c| !(c.problem.is_some() || c.expiring));
+    let (certs, warnings) = (cut.certificates.clone(), cut.warnings.clone());
+    let (mut keep_certs, mut keep_warnings) = (certs.len(), warnings.len());
+    for _ in 0..64 {
+        // The certificates go first, a warning says more than a CA in the list.
+        if keep_certs > 0 {
+            keep_certs /= 2;
+        } else {
+            keep_warnings /= 2;
+        }
+        cut.certificates = certs[..keep_certs].to_vec();
+        cut.warnings = warnings[..keep_warnings].to_vec();
+        cut.warnings.push(format!(
+            "this answer was cut to fit the status protocol's {} KiB: {} of {} certificates \
+             and {} of {} warnings left out (those with a problem or expiring come first)",
+            MAX_REPLY >> 10,
+            certs.len() - keep_certs,
+            certs.len(),
+            warnings.len() - keep_warnings,
+            warnings.len()
+        ));
+        let bytes = serde_json::to_vec(&cut).ok()?;
+        if bytes.len() <= limit {
+            return Some(bytes);
+        }
+        if keep_certs == 0 && keep_warnings == 0 {
+            return None;
+        }
+    }
+    None
 }

@@ -612,3 +612,77 @@ fn an_advisory_shows_as_its_line_and_as_the_object_check_shows() {
         .unwrap()
         .contains("fixed in 3.5.3"));
 }
+
+/// Issue 38 (low): a store's error text with CR/LF split a `--long` warning line in two,
+/// the second looking like a line of its own.
+#[test]
+fn a_warning_with_a_line_break_stays_one_line() {
+    let live = active(
+        0,
+        Duration::from_secs(3600),
+        Health::Healthy,
+        Some("3.5.16"),
+    );
+    let mut a = eval_now(confirmed(Some(0)), &live);
+    a.warnings = vec!["last upload failed: HTTP 500 Internal\r\nupdated:  forged".into()];
+    let long = text_long(&a);
+    let warnings: Vec<&str> = long.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{long}");
+    assert!(warnings[0].contains("forged"), "{long}");
+    assert_eq!(
+        long.lines().filter(|l| l.starts_with("updated:")).count(),
+        1,
+        "{long}"
+    );
+}
+
+/// Issue 38 (low): an answer over the client's 1 MiB (thousands of CAs in a bundle) broke
+/// every query (`status_up 0`). It is cut to fit, the certificates that say something
+/// kept first, and a warning says what was left out.
+#[test]
+fn an_answer_too_long_for_the_protocol_is_cut_to_fit_and_says_so() {
+    let mut a = eval(&loaded(running()), &healthy(), true);
+    let ca = |i: usize, expiring: bool| crate::shared::config::certs::CertView {
+        key: "tls.client_trusted_ca".into(),
+        path: "/etc/etcd/pki/ca.crt".into(),
+        kind: crate::shared::config::certs::CertKind::Ca,
+        subject: Some(format!(
+            "CN=ca number {i} of a very long bundle, O=somewhere"
+        )),
+        issuer: Some(format!(
+            "CN=ca number {i} of a very long bundle, O=somewhere"
+        )),
+        serial: Some(format!("{i:040X}")),
+        not_before: Some("2026-01-01T00:00:00Z".into()),
+        not_after: Some("2036-01-01T00:00:00Z".into()),
+        not_after_unix: Some(2_082_758_400),
+        days_left: Some(3000),
+        key_matches: None,
+        covers_ip: None,
+        covers_name: None,
+        names: vec![],
+        problem: None,
+        expiring,
+    };
+    a.certificates = (0..6000).map(|i| ca(i, i == 5999)).collect();
+    let whole = serde_json::to_vec(&a).unwrap().len();
+    assert!(whole > super::protocol::MAX_REPLY as usize, "{whole}");
+    let line = Reply::Answer(Box::new(a)).to_line();
+    assert!(
+        line.len() <= super::protocol::MAX_REPLY as usize,
+        "{}",
+        line.len()
+    );
+    let Reply::Answer(cut) = Reply::parse(&line).unwrap() else {
+        panic!("not an answer")
+    };
+    assert!(!cut.certificates.is_empty() && cut.certificates.len() < 6000);
+    assert!(cut.certificates[0].expiring, "the expiring one first");
+    let said = cut.warnings.last().unwrap();
+    assert!(
+        said.starts_with("this answer was cut to fit the status protocol's 1024 KiB: ")
+            && said.contains(" of 6000 certificates"),
+        "{said}"
+    );
+    assert_eq!(cut.verdict, Verdict::Running);
+}

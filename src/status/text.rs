@@ -202,10 +202,11 @@ fn raw_long(a: &Answer) -> String {
         out.push_str(&format!("alarms:   {}\n", a.alarms.join(", ")));
     }
     if let Some(l) = a.snapshot.as_ref().and_then(|v| v.last.as_ref()) {
-        out.push_str(&format!(
-            "snapshot: {} revision {} size {} {}; pruned/: {} file(s), {} bytes\n",
+        out.push_str(&printable::line(&format!(
+            "snapshot: {} revision {} size {} {}; pruned/: {} file(s), {} bytes",
             l.time, l.revision, l.size, l.file, l.pruned_files, l.pruned_bytes
-        ));
+        )));
+        out.push('\n');
     }
     if let Some(b) = &a.backup {
         out.push_str(&printable::line(&backup_text(b)));
@@ -231,7 +232,8 @@ fn raw_long(a: &Answer) -> String {
         out.push('\n');
     }
     for w in &a.warnings {
-        out.push_str(&format!("warning:  {w}\n"));
+        // A store's error text, say, may hold CR or LF: one warning, one line.
+        out.push_str(&format!("warning:  {}\n", printable::line(w)));
     }
     out.push_str(&format!("updated:  {}\n", or_dash(&a.updated_at)));
     out

@@ -256,7 +256,8 @@ impl Checker<'_> {
 
     fn endpoint(&self, url: &str, allow_http: bool) -> Checked<Endpoint> {
         let key = "backup.endpoint";
-        let bad = |why: &str| self.err(key, format_args!("{url:?} {why}"));
+        let shown = without_userinfo(url);
+        let bad = |why: &str| self.err(key, format_args!("{shown:?} {why}"));
         let (tls, rest) = if let Some(rest) = url.strip_prefix("https://") {
             (true, rest)
         } else if let Some(rest) = url.strip_prefix("http://") {
@@ -315,6 +316,20 @@ impl Checker<'_> {
             port: port.unwrap_or(if tls { 443 } else { 80 }),
             explicit_port: port.is_some(),
         })
+    }
+}
+
+/// `url` as a message may show it: a `user:password@` before the host (which the endpoint
+/// refuses) replaced by `…@`, so that a secret written there is never echoed.
+fn without_userinfo(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => {
+            let sep = if scheme.is_empty() { "" } else { "://" };
+            format!("{scheme}{sep}…@{}", &rest[at + 1..])
+        }
+        None => url.to_string(),
     }
 }
 

@@ -78,6 +78,28 @@ fn atomic_write_removes_temps_of_dead_writers_only() {
     assert!(other.exists(), "another file's temp is left alone");
 }
 
+/// Issue 38 (low): the metrics file was written through a folder its owner could swap
+/// for a link, under predictable temp names. A folder that is a link is refused; the temp
+/// names differ from one write to the next beyond a counter.
+#[test]
+fn atomic_write_refuses_a_folder_that_is_a_link_and_names_its_temps_unpredictably() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    fs::create_dir(&real).unwrap();
+    let link = dir.path().join("textfile");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let e = atomic_write(&link.join("etcd_setup.prom"), b"x", 0o644, None).unwrap_err();
+    assert!(e.to_string().contains("is a symbolic link"), "{e}");
+    assert!(entries(&real).is_empty(), "{:?}", entries(&real));
+    // A name planted for each of the next counters is no obstacle: the names are random.
+    let pid = std::process::id();
+    for n in 0..200 {
+        std::os::unix::fs::symlink("/nonexistent", real.join(format!(".f.{pid}.{n}.tmp"))).unwrap();
+    }
+    atomic_write(&real.join("f"), b"written", 0o644, None).unwrap();
+    assert_eq!(fs::read(real.join("f")).unwrap(), b"written");
+}
+
 #[test]
 fn failure_file_has_the_headline_then_detail_lines() {
     let dir = tempfile::tempdir().unwrap();

@@ -30,6 +30,7 @@ fn at(s: u64) -> SystemTime {
 /// `name{labels} value` with a known family.
 fn well_formed(text: &str) {
     let mut typed = std::collections::HashSet::new();
+    let mut series = std::collections::HashSet::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let name = rest.split(' ').next().unwrap();
@@ -39,6 +40,9 @@ fn well_formed(text: &str) {
             let name = line.split(['{', ' ']).next().unwrap();
             assert!(typed.contains(name), "sample before its TYPE: {line}");
             assert!(name.starts_with("etcd_setup_"), "{line}");
+            // Prometheus rejects a scrape with a series twice.
+            let (id, _) = line.rsplit_once(' ').unwrap();
+            assert!(series.insert(id.to_string()), "series twice: {id}");
         }
     }
 }
@@ -196,6 +200,29 @@ fn backups_give_their_times_age_and_failures_and_nothing_without_backup() {
     // A failed verification gives no "last verified" time.
     assert!(
         !text.contains("etcd_setup_backup_last_verified_timestamp_seconds "),
+        "{text}"
+    );
+}
+
+/// Issue 38 (low): a CA twice in a bundle gave the same series twice, and Prometheus
+/// rejects such a scrape whole.
+#[test]
+fn a_ca_twice_in_a_bundle_is_one_series() {
+    let ca = serde_json::json!({
+        "key": "tls.client_trusted_ca", "path": "/etc/etcd/pki/ca.crt", "kind": "ca",
+        "subject": "CN=ca", "issuer": "CN=ca", "serial": "01",
+        "not_before": null, "not_after": null, "not_after_unix": 5000, "days_left": 3,
+        "key_matches": null, "covers_ip": null, "covers_name": null,
+        "problem": null, "expiring": true
+    });
+    let a = answer(serde_json::json!({ "certificates": [ca.clone(), ca] }));
+    let text = exposition(&a, at(1000));
+    well_formed(&text);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("etcd_setup_certificate_expiry_timestamp_seconds{"))
+            .count(),
+        1,
         "{text}"
     );
 }

@@ -100,6 +100,27 @@ fn restore_when_empty_is_opt_in_and_needs_the_identity_to_decrypt() {
     );
 }
 
+/// Issue 38 (low): a secret written as the endpoint's userinfo was echoed by the refusal.
+#[test]
+fn a_secret_in_the_endpoints_userinfo_is_refused_without_being_echoed() {
+    for endpoint in [
+        format!("https://AKIAEXAMPLE:{SECRET}@s3.example.org:8443"),
+        format!("https://AKIAEXAMPLE:{SECRET}@s3.example.org/bucket"),
+        format!("http://AKIAEXAMPLE:{SECRET}@s3.example.org"),
+    ] {
+        let msg = refused(
+            &MINIMAL.replace("https://s3.example.org:8443", &endpoint),
+            "backup.endpoint",
+        );
+        assert!(
+            !msg.contains(SECRET)
+                && !msg.contains("AKIAEXAMPLE")
+                && msg.contains("…@s3.example.org"),
+            "{msg}"
+        );
+    }
+}
+
 #[test]
 fn bad_backup_values_are_refused_naming_the_key() {
     for (old, new, key) in [
