@@ -645,9 +645,19 @@ fn a_damaged_a_cut_and_a_foreign_backup_and_a_wrong_identity_each_have_their_rea
     ] {
         let (code, so, se) = bed.run(&args);
         assert_eq!(code, Some(1), "{args:?}: {so}{se}");
-        assert!(se.starts_with("cluster-mismatch: "), "{args:?}: {se}");
+        // Its revision is below the older backup's: said first (issue 38, item 3).
+        let (warning, failure) = se.split_once('\n').unwrap_or(("", &se));
         assert!(
-            se.contains(&fake_name) && se.contains("but its content is not"),
+            warning.starts_with("etcd-setup: warning: ")
+                && warning.contains(&format!("{fake_name} at "))
+                && warning.contains(&format!(
+                    "(revision {other_revision}) is the newest backup, but the older "
+                )),
+            "{args:?}: {se}"
+        );
+        assert!(failure.starts_with("cluster-mismatch: "), "{args:?}: {se}");
+        assert!(
+            failure.contains(&fake_name) && failure.contains("but its content is not"),
             "{args:?}: {se}"
         );
         serving(&bed);

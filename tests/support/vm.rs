@@ -684,7 +684,18 @@ impl Vm {
     /// Shuts the guest down cleanly and boots it again from the same disk, as a reboot
     /// (qemu runs with -no-reboot, so a guest reboot would end qemu).
     pub fn reboot(&mut self) {
+        self.ask_power_off();
+        self.await_power_off();
+        self.power_on();
+    }
+
+    /// Asks the guest to power off (`systemctl poweroff`), without waiting.
+    pub fn ask_power_off(&self) {
         let _ = self.ssh_timeout(Duration::from_secs(30), "sudo systemctl poweroff");
+    }
+
+    /// Waits for qemu to end after [`Vm::ask_power_off`] (at most 120 s).
+    pub fn await_power_off(&mut self) {
         let exited = wait_child(&mut self.child, Duration::from_secs(120));
         assert!(
             exited.is_some(),
@@ -692,6 +703,11 @@ impl Vm {
             self.name
         );
         self.qmp = None;
+    }
+
+    /// Boots the powered-off guest again from its disk (its CD-ROM drive empty, as qemu's
+    /// command line has it).
+    pub fn power_on(&mut self) {
         self.started = Instant::now();
         self.child = spawn_qemu(&self.dir, &self.command);
     }

@@ -741,6 +741,7 @@ pub fn off_node_backups_and_total_loss(c: &mut Cluster) {
     ));
 
     faults(c, &mut o, &first);
+    one_made_anew_while_two_reboot(c, &mut o);
     keep_journals(c, &mut o);
     o.assert_no_secret("before the total loss");
     total_loss(c, &mut o, &sample);
@@ -1029,6 +1030,117 @@ fn faults(c: &mut Cluster, o: &mut Offsite, first: &str) {
 /// Step 5, total loss, by the README's runbook: every VM gone with its disk, three fresh ones
 /// from the template with the same cloud-config and `[backup]`, one restore from the
 /// bucket, the others join; the keys, a revision at least the old one, the cluster ID.
+/// Issue 38, item 1 (B1) on VMs: every node with `restore_when_empty`, keys written after
+/// the newest backup; nodes 1 and 2 power off with their data, node 3 is made anew (its
+/// disk empty) and its run starts while they are off, then they boot again. Node 3 must
+/// not restore the older backup (the probe saw it restore, force a new cluster and the
+/// others exit): it waits until a member with data serves, and joins it. No key is lost.
+fn one_made_anew_while_two_reboot(c: &mut Cluster, o: &mut Offsite) {
+    let tag = c.tag.clone();
+    for n in &c.nodes {
+        // restore_when_empty of encrypted backups needs the identity ([backup] is the
+        // file's last table); it goes again below.
+        put_root_file(
+            n.vm(),
+            IDENTITY,
+            "0600",
+            &std::fs::read(&o.identity).unwrap(),
+        );
+        n.vm().ssh_ok(&format!(
+            "printf 'identity_file = \"{IDENTITY}\"\\nrestore_when_empty = true\\n' | \
+             sudo tee -a /etc/etcd-setup/config.toml >/dev/null"
+        ));
+    }
+    let newest = o.newest_verified().expect("a verified object");
+    let ip = c.nodes[0].ip.clone();
+    c.nodes[0].vm().ssh_ok(&format!(
+        "for k in $(seq 0 19); do ETCDCTL_API=3 /opt/bin/etcdctl --endpoints=http://{ip}:2379 \
+         put /registry/b1/after-backup-$k v$k >/dev/null || exit 1; done"
+    ));
+    let (_, rev_before, _) = cluster_facts(c, 0);
+    for i in 0..2 {
+        c.nodes[i].stop_polling();
+        c.nodes[i].vm().ask_power_off();
+    }
+    for i in 0..2 {
+        c.nodes[i].vm.as_mut().expect("a VM").await_power_off();
+    }
+    let off = unix_now();
+    c.make_fresh_in_place(2);
+    let started = c.start_first_run(2);
+    // Node 3 decides while nobody serves; then the two boot again with their data.
+    std::thread::sleep(Duration::from_secs(20));
+    for i in 0..2 {
+        c.nodes[i].vm.as_mut().expect("a VM").power_on();
+    }
+    for i in 0..2 {
+        let vm = c.nodes[i].vm.as_mut().expect("a VM");
+        vm.wait_ssh(Duration::from_secs(400));
+        c.nodes[i].start_polling();
+    }
+    let s = c.nodes[2].await_sample(started, Duration::from_secs(900), |s| {
+        s.answered() && !matches!(s.verdict.as_str(), "in-progress" | "not-started")
+    });
+    assert_eq!(
+        (s.verdict.as_str(), s.exit),
+        ("running", 0),
+        "{}: {s:?}\n{}",
+        c.nodes[2].name,
+        c.nodes[2].timeline(c.zero)
+    );
+    let joined = unix_now();
+    for n in &c.nodes {
+        n.await_running(
+            joined,
+            Duration::from_secs(300),
+            Awaiting::FirstAnswer,
+            c.zero,
+        );
+    }
+    let (code, log, se) = o.run(
+        c.nodes[2].vm(),
+        Duration::from_secs(60),
+        "sudo journalctl -u etcd-setup.service -o cat --no-pager --since=-30min | grep -E 'restore_when_empty|learner|promoted'",
+    );
+    assert_eq!(code, Some(0), "{log}{se}");
+    assert!(
+        log.contains("restore_when_empty: ") && !log.contains("restore_when_empty: restored"),
+        "{log}"
+    );
+    assert!(
+        log.contains("joining the existing cluster as a learner"),
+        "{log}"
+    );
+    let all = members(c, 2);
+    assert!(all.len() == 3 && all.iter().all(|m| m.2), "{all:?}");
+    let got = c.etcdctl(2, "get --prefix /registry/b1/ --keys-only");
+    assert_eq!(
+        got.lines()
+            .filter(|l| l.starts_with("/registry/b1/"))
+            .count(),
+        20,
+        "the keys written after {newest}, through {}: {got}",
+        c.nodes[2].name
+    );
+    let (_, rev_after, _) = cluster_facts(c, 2);
+    assert!(
+        rev_after >= rev_before,
+        "revision {rev_after} < {rev_before}"
+    );
+    for n in &c.nodes {
+        n.vm().ssh_ok(&format!(
+            "sudo sed -i '/^identity_file = /d; /^restore_when_empty = /d' /etc/etcd-setup/config.toml && \
+             sudo rm -f {IDENTITY} && sudo systemctl stop etcd-setup-status.service"
+        ));
+    }
+    report(&format!(
+        "cluster {tag}: B1 (issue 38): {} made anew while the other two were off with their data ({:.1} s powered off before its run), restore_when_empty on every node: it did not restore {newest}, joined once they served, running {:.1} s after its run started; 3 voters, the 20 keys written after the backup there, revision {rev_before} -> {rev_after}",
+        c.nodes[2].name,
+        started - off,
+        joined - started
+    ));
+}
+
 fn total_loss(c: &mut Cluster, o: &mut Offsite, sample: &BTreeMap<String, Value>) {
     let tag = c.tag.clone();
     let (id_before, rev_before, _) = cluster_facts(c, 0);
