@@ -59,6 +59,16 @@ fn serve(
 
 /// A client of the bucket `hostile` at `addr` (plain http), with key files of its own.
 fn client(dir: &std::path::Path, addr: std::net::SocketAddr) -> Client {
+    client_at(dir, &format!("http://{addr}"), "allow_http = true", addr)
+}
+
+/// A client of the bucket `hostile` at `endpoint` with the `[backup]` lines `extra`.
+fn client_at(
+    dir: &std::path::Path,
+    endpoint: &str,
+    extra: &str,
+    addr: std::net::SocketAddr,
+) -> Client {
     let key = |name: &str, text: &str| {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
@@ -83,8 +93,8 @@ initial_cluster = "etcd-1=http://127.0.0.1:2380"
 cluster_token = "tok"
 
 [backup]
-endpoint = "http://{addr}"
-allow_http = true
+endpoint = "{endpoint}"
+{extra}
 bucket = "hostile"
 path_style = true
 access_key_file = "{}"
@@ -300,6 +310,42 @@ fn a_hostile_store_cannot_hold_the_client_or_grow_its_memory() {
     };
     assert!(e.contains("QuotaExceeded"), "{e}");
     assert!(!e.contains("Broken pipe") && !e.contains("reset"), "{e}");
+
+    // 8. A TLS handshake answered a byte a second: each read comes within its own
+    // bound, so the handshake is bounded as a whole (30 s), not a hang.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut hello = [0u8; 4096];
+                let _ = s.read(&mut hello);
+                // A handshake record's header, then its 16 KiB body a byte at a time.
+                for b in [0x16u8, 0x03, 0x03, 0x40, 0x00]
+                    .into_iter()
+                    .chain(std::iter::repeat(0))
+                {
+                    if s.write_all(&[b]).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            });
+        }
+    });
+    let c = client_at(dir.path(), &format!("https://{addr}"), "", addr);
+    let t = Instant::now();
+    let e = c.head("p/x.db.age").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+    assert!(
+        e.message.contains("TLS handshake with https://127.0.0.1:"),
+        "{e}"
+    );
+    assert!(e.message.contains(": not done within 30 s"), "{e}");
+    // The drip would go on for hours; the client gave up at its bound.
+    assert!(t.elapsed() < Duration::from_secs(90), "{:?}", t.elapsed());
+    figure("dripped TLS handshake", t.elapsed());
 
     let grew = peak_mib() - base;
     println!("peak memory grew {grew:.1} MiB over every case");

@@ -47,6 +47,9 @@ const IO_TIMEOUT: Duration = Duration::from_secs(120);
 const HEAD_WAIT: Duration = IO_TIMEOUT;
 /// How long an answer is awaited when the store stopped taking the request's body.
 const EARLY_WAIT: Duration = Duration::from_secs(5);
+/// The longest TLS handshake, as a whole: each read and write of it is bounded by
+/// [`IO_TIMEOUT`], which a store dripping a byte now and then would never reach.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(30);
 /// The most bytes an answer's head may have, informational answers included.
 const MAX_HEAD: usize = 64 << 10;
 /// The least rate a body is sent or read at (its bytes over the time since its first),
@@ -202,6 +205,44 @@ impl fmt::Debug for Client {
             .field("path_style", &self.path_style)
             .field("credentials", &"<redacted>")
             .finish()
+    }
+}
+
+/// The socket as the TLS handshake reads and writes it: every call bounded by what is
+/// left until `until`, and refused once it has passed.
+struct Deadline<'a> {
+    sock: &'a TcpStream,
+    until: Instant,
+}
+
+impl Deadline<'_> {
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the handshake's time is up",
+            ));
+        }
+        Ok(left.min(IO_TIMEOUT))
+    }
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.set_read_timeout(Some(self.left()?))?;
+        (&*self.sock).read(buf)
+    }
+}
+
+impl Write for Deadline<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.sock.set_write_timeout(Some(self.left()?))?;
+        (&*self.sock).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -512,9 +553,28 @@ impl Client {
         let conn = rustls::ClientConnection::new(config.clone(), name)
             .map_err(|e| self.err(ErrorKind::Tls, op, key, format_args!("TLS: {e}")))?;
         let mut s = rustls::StreamOwned::new(conn, tcp);
-        // The handshake now, so that its failure is named as one.
+        // The handshake now, so that its failure is named as one; bounded as a whole
+        // (rustls reads on inside one complete_io while bytes trickle in).
+        let until = Instant::now() + HANDSHAKE_WAIT;
         while s.conn.is_handshaking() {
-            if let Err(e) = s.conn.complete_io(&mut s.sock) {
+            let mut io = Deadline {
+                sock: &s.sock,
+                until,
+            };
+            if let Err(e) = s.conn.complete_io(&mut io) {
+                if Instant::now() >= until {
+                    return Err(self.err(
+                        ErrorKind::Unreachable,
+                        op,
+                        key,
+                        format_args!(
+                            "TLS handshake with {}: not done within {} s (the store answers \
+                             too slowly, or not with TLS)",
+                            self.endpoint,
+                            HANDSHAKE_WAIT.as_secs()
+                        ),
+                    ));
+                }
                 let tls = e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>())
                     || e.kind() == io::ErrorKind::InvalidData;
                 let kind = if tls {
@@ -530,6 +590,8 @@ impl Client {
                 ));
             }
         }
+        let _ = s.sock.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = s.sock.set_write_timeout(Some(IO_TIMEOUT));
         Ok(bounded(Stream::Tls(Box::new(s))))
     }
 
