@@ -57,6 +57,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The lock's name in etcd.
 pub const LOCK_NAME: &str = "etcd-setup/upgrade";
+/// How often a turn whose lock was lost before etcd was touched is taken again.
+const LOCK_TRIES: u32 = 3;
 
 /// Runs `etcd-setup upgrade`; returns the exit code.
 pub fn command(args: &UpgradeArgs) -> u8 {
@@ -257,68 +259,81 @@ fn upgrade(
     let view = surveyed_within_rules(&client, node, installed, new, rules::cluster_before_lock)?;
     record.record.members = versions_of(&view);
 
-    // One member at a time; the leader last.
-    record.set(
-        UpgradePhase::WaitingForLock,
-        &format!("waiting for the cluster lock {LOCK_NAME}"),
-    );
-    let lock = take_turn(
-        &client,
-        node,
-        installed,
-        new,
-        args.lock_wait,
-        args.leader_wait,
-        &mut |turn| match turn {
-            Turn::Waiting(view) => {
-                record.record.members = versions_of(view);
-                record.set(
-                    UpgradePhase::WaitingForLock,
-                    "this member leads; waiting for the other members to upgrade first",
-                );
-            }
-            Turn::HandingOver => {
-                let what = "handing leadership to another member before the restart";
-                // Said, not only recorded: whoever reads the output (an operator, the VM
-                // test's leader-last check) sees which member led at its own turn.
-                eprintln!("etcd-setup upgrade: {} leads; {what}", node.name);
-                record.set(UpgradePhase::HandingOver, what);
-            }
-        },
-    )?;
-    eprintln!(
-        "etcd-setup upgrade: {} holds {LOCK_NAME}; upgrading {installed} -> {new}",
-        node.name
-    );
+    // One member at a time; the leader last. A turn whose lock is lost before etcd is
+    // touched (its session ended while the snapshot was taken: a starved member, a
+    // lease not kept alive) changed nothing and is taken again, up to LOCK_TRIES times.
+    let mut tries = 0;
+    let (lock, taken, service) = loop {
+        tries += 1;
+        record.set(
+            UpgradePhase::WaitingForLock,
+            &format!("waiting for the cluster lock {LOCK_NAME}"),
+        );
+        let lock = take_turn(
+            &client,
+            node,
+            installed,
+            new,
+            args.lock_wait,
+            args.leader_wait,
+            &mut |turn| match turn {
+                Turn::Waiting(view) => {
+                    record.record.members = versions_of(view);
+                    record.set(
+                        UpgradePhase::WaitingForLock,
+                        "this member leads; waiting for the other members to upgrade first",
+                    );
+                }
+                Turn::HandingOver => {
+                    let what = "handing leadership to another member before the restart";
+                    // Said, not only recorded: whoever reads the output (an operator, the
+                    // VM test's leader-last check) sees which member led at its own turn.
+                    eprintln!("etcd-setup upgrade: {} leads; {what}", node.name);
+                    record.set(UpgradePhase::HandingOver, what);
+                }
+            },
+        )?;
+        eprintln!(
+            "etcd-setup upgrade: {} holds {LOCK_NAME}; upgrading {installed} -> {new}",
+            node.name
+        );
 
-    record.set(
-        UpgradePhase::Snapshot,
-        "taking a snapshot before the upgrade",
-    );
-    // The same verified snapshot as `etcd-setup snapshot`, kept with the others and
-    // recorded for status.
-    let taken = crate::day2::snapshot::take(settings, member, &paths.run_dir, SystemTime::now())
-        .map_err(|f| {
-            Failure::new(
-                ReasonCode::UpgradeSnapshotFailed,
-                format!("the snapshot before the upgrade failed: {}", f.message),
-            )
-            .with_source(f)
-        })?;
-    if let Err(f) = crate::day2::snapshot::record(&paths.state_dir, &taken, settings) {
-        eprintln!("etcd-setup upgrade: {}", f.headline());
-    }
+        record.set(
+            UpgradePhase::Snapshot,
+            "taking a snapshot before the upgrade",
+        );
+        // The same verified snapshot as `etcd-setup snapshot`, kept with the others and
+        // recorded for status.
+        let taken =
+            crate::day2::snapshot::take(settings, member, &paths.run_dir, SystemTime::now())
+                .map_err(|f| {
+                    Failure::new(
+                        ReasonCode::UpgradeSnapshotFailed,
+                        format!("the snapshot before the upgrade failed: {}", f.message),
+                    )
+                    .with_source(f)
+                })?;
+        if let Err(f) = crate::day2::snapshot::record(&paths.state_dir, &taken, settings) {
+            eprintln!("etcd-setup upgrade: {}", f.headline());
+        }
+        let service = Etcd::connect(settings)?;
+        // The snapshot took a while: the lock must still be ours before etcd is touched.
+        let mut lock = lock;
+        match lock.ensure_held() {
+            Ok(()) => break (lock, taken, service),
+            Err(e) if tries < LOCK_TRIES => eprintln!(
+                "etcd-setup upgrade: {e}; nothing was changed: taking the turn again \
+                 ({tries} of {LOCK_TRIES})"
+            ),
+            Err(e) => {
+                return Err(Failure::new(
+                    ReasonCode::Locked,
+                    format!("{e} ({LOCK_TRIES} times); nothing was changed: run the upgrade again"),
+                ))
+            }
+        }
+    };
     let snap = PathBuf::from(&taken.taken.file);
-
-    let service = Etcd::connect(settings)?;
-    // The snapshot took a while: the lock must still be ours before etcd is touched.
-    let mut lock = lock;
-    lock.ensure_held().map_err(|e| {
-        Failure::new(
-            ReasonCode::Locked,
-            format!("{e}; nothing was changed: run the upgrade again"),
-        )
-    })?;
     frame::checkpoint()?;
     record.set(
         UpgradePhase::Installing,
