@@ -2,7 +2,7 @@
 //! bundles now on disk (etcd re-reads its own certificate and key at every handshake, but
 //! reads `--trusted-ca-file` and `--peer-trusted-ca-file` only at its start: etcd #11555).
 //!
-//! One step of the three-phase CA rotation (README, "Rotating the CA"), guarded as
+//! One step of the three-phase CA rotation (docs/runbooks.md, "Rotating certificates"), guarded as
 //! `upgrade` is, and checked on the files first, so that a restart never cuts the member
 //! off:
 //! 1. the files: every trust bundle of `[tls]` parses, and this member's own certificate
