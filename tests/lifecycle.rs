@@ -365,25 +365,14 @@ fn a_cluster_that_lost_its_quorum_makes_joining_wait_then_join_blocked_touching_
     assert_eq!(after.members, before.members);
 }
 
-/// How a restore (issue 12) must make its one-member cluster so that the others can join
-/// it: `etcdutl snapshot restore` with the *full* initial_cluster and token keeps the
-/// cluster ID the configuration gives, and one start with `--force-new-cluster` makes it a
-/// one-member cluster. The other two then join through the ordinary decision.
-#[test]
-fn after_a_restore_that_keeps_the_cluster_id_the_other_nodes_join_through_the_decision() {
-    let mut c = Cluster::start("3.5.16", 3, "tok-restore");
-    write_keys(&c);
-    let snap = c.dir().join("snap.db");
-    c.client()
-        .snapshot_save(&c.client_url(0), &snap, Duration::from_secs(30))
-        .unwrap();
-    for i in 0..3 {
-        c.wipe(i);
-    }
+/// Member 1's data dir made from `snap` as a restore does (`etcdutl snapshot restore` with
+/// the full initial cluster and token, which keep the cluster ID), then one start with
+/// `--force-new-cluster`: a one-member cluster of the configuration's ID.
+fn restore_first_forced(c: &mut Cluster, snap: &std::path::Path) {
     let out = std::process::Command::new(c.bin.join("etcdutl"))
         .arg("snapshot")
         .arg("restore")
-        .arg(&snap)
+        .arg(snap)
         .arg(format!("--name={}", c.members[0].name))
         .arg(format!("--data-dir={}", c.members[0].data_dir.display()))
         .arg(format!("--initial-cluster={}", c.initial_cluster_arg()))
@@ -401,6 +390,24 @@ fn after_a_restore_that_keeps_the_cluster_id_the_other_nodes_join_through_the_de
     c.launch(0, &initial, "new");
     c.await_ready(0);
     c.extra.clear();
+}
+
+/// How a restore (issue 12) must make its one-member cluster so that the others can join
+/// it: `etcdutl snapshot restore` with the *full* initial_cluster and token keeps the
+/// cluster ID the configuration gives, and one start with `--force-new-cluster` makes it a
+/// one-member cluster. The other two then join through the ordinary decision.
+#[test]
+fn after_a_restore_that_keeps_the_cluster_id_the_other_nodes_join_through_the_decision() {
+    let mut c = Cluster::start("3.5.16", 3, "tok-restore");
+    write_keys(&c);
+    let snap = c.dir().join("snap.db");
+    c.client()
+        .snapshot_save(&c.client_url(0), &snap, Duration::from_secs(30))
+        .unwrap();
+    for i in 0..3 {
+        c.wipe(i);
+    }
+    restore_first_forced(&mut c, &snap);
     let one = c.client().with_endpoints(vec![c.client_url(0)]);
     let list = one.member_list().unwrap();
     assert_eq!(list.members.len(), 1);
@@ -439,27 +446,7 @@ fn a_member_with_data_newer_than_the_cluster_it_would_join_refuses_and_keeps_the
         );
     }
     c.wipe(0);
-    let out = std::process::Command::new(c.bin.join("etcdutl"))
-        .arg("snapshot")
-        .arg("restore")
-        .arg(&snap)
-        .arg(format!("--name={}", c.members[0].name))
-        .arg(format!("--data-dir={}", c.members[0].data_dir.display()))
-        .arg(format!("--initial-cluster={}", c.initial_cluster_arg()))
-        .arg(format!("--initial-cluster-token={}", c.token))
-        .arg(format!("--initial-advertise-peer-urls={}", c.peer_url(0)))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    c.extra = vec!["--force-new-cluster".into()];
-    let initial = c.initial_cluster_arg();
-    c.launch(0, &initial, "new");
-    c.await_ready(0);
-    c.extra.clear();
+    restore_first_forced(&mut c, &snap);
     let older = c
         .client()
         .with_endpoints(vec![c.client_url(0)])

@@ -207,17 +207,23 @@ impl Db {
         Ok(found.then_some((n, last)))
     }
 
-    /// The last key of the top-level bucket `name` (none if it is absent or empty), read
-    /// down the tree's right edge: a few pages, whatever the database's size.
-    pub fn last_key(&self, name: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        let mut budget = MAX_PAGES;
+    /// The value of the top-level bucket `name` in the root tree (its header, and its
+    /// leaf page when inline), if it is there.
+    fn bucket_value(&self, name: &[u8], budget: &mut usize) -> Result<Option<Vec<u8>>, String> {
         let mut value = None;
-        self.tree(self.root, 0, &mut budget, &mut |(fl, k, v)| {
+        self.tree(self.root, 0, budget, &mut |(fl, k, v)| {
             if fl & BUCKET_FLAG != 0 && k == name {
                 value = Some(v);
             }
         })?;
-        let Some(value) = value else {
+        Ok(value)
+    }
+
+    /// The last key of the top-level bucket `name` (none if it is absent or empty), read
+    /// down the tree's right edge: a few pages, whatever the database's size.
+    pub fn last_key(&self, name: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        let mut budget = MAX_PAGES;
+        let Some(value) = self.bucket_value(name, &mut budget)? else {
             return Ok(None);
         };
         let mut last = None;
@@ -261,13 +267,7 @@ impl Db {
         f: &mut dyn FnMut(Element),
     ) -> Result<bool, String> {
         let mut budget = max_pages;
-        let mut value = None;
-        self.tree(self.root, 0, &mut budget, &mut |(fl, k, v)| {
-            if fl & BUCKET_FLAG != 0 && k == name {
-                value = Some(v);
-            }
-        })?;
-        let Some(value) = value else {
+        let Some(value) = self.bucket_value(name, &mut budget)? else {
             return Ok(false);
         };
         let root = u64_at(&value, 0).ok_or("a bucket header is cut short")?;
