@@ -1261,10 +1261,11 @@ fn j_faults_at_every_step_leave_nothing_half_installed_and_the_next_run_converge
     let mut vm = boot("run-j", None, &[]);
     wait_until_waiting_for_iso(&vm);
 
-    // disk-full: /opt/bin on a 16 MiB tmpfs, mounted while the run waits for the disc.
+    // disk-full: /opt/bin on a 16 MiB tmpfs, mounted while the run waits for the disc;
+    // 0755 as install.dir must be (a tmpfs is 1777 unless told, which the run refuses).
     root(
         &vm,
-        "mkdir -p /opt/bin && mount -t tmpfs -o size=16m etcd-small /opt/bin",
+        "mkdir -p /opt/bin && mount -t tmpfs -o size=16m,mode=0755 etcd-small /opt/bin",
     );
     vm.insert_cdrom(&iso);
     let (status, secs) = wait_unit_exit(&vm, Duration::from_secs(300));
