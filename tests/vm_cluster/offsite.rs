@@ -580,8 +580,23 @@ fn keep_journals(c: &Cluster, o: &mut Offsite) {
 /// Issue 21's VM scenario on c1, after everything else c1 does (ending with node 3
 /// refused for another token): node 3, made fresh in place with the cluster's token,
 /// rejoins, then the steps of the module's comment.
+/// Node `i`'s run, started at host time `started`, ends `running` (exit 0) within
+/// `limit`: the first answer that is neither in progress nor "not started" (a poll may
+/// come before the run began) must be it; else the test fails with the node's timeline.
+fn run_ends_running(c: &Cluster, i: usize, started: f64, limit: Duration) {
+    let s = c.nodes[i].await_sample(started, limit, |s| {
+        s.answered() && !matches!(s.verdict.as_str(), "in-progress" | "not-started")
+    });
+    assert_eq!(
+        (s.verdict.as_str(), s.exit),
+        ("running", 0),
+        "{}: {s:?}\n{}",
+        c.nodes[i].name,
+        c.nodes[i].timeline(c.zero)
+    );
+}
+
 pub fn off_node_backups_and_total_loss(c: &mut Cluster) {
-    let zero = c.zero;
     // Three running members again: node 3 made fresh in place (c1 showed a recreated VM
     // rejoining; a boot under TCG beside the other stream costs minutes) with the
     // cluster's token, its run started as a boot with the ISO attached starts it.
@@ -591,16 +606,7 @@ pub fn off_node_backups_and_total_loss(c: &mut Cluster) {
         "sudo sed -i 's/^cluster_token = \".*\"$/cluster_token = \"{token}\"/' /etc/etcd-setup/config.toml"
     ));
     let started = c.start_first_run(2);
-    let s = c.nodes[2].await_sample(started, Duration::from_secs(600), |s| {
-        s.answered() && !matches!(s.verdict.as_str(), "in-progress" | "not-started")
-    });
-    assert_eq!(
-        (s.verdict.as_str(), s.exit),
-        ("running", 0),
-        "{}: {s:?}\n{}",
-        c.nodes[2].name,
-        c.nodes[2].timeline(zero)
-    );
+    run_ends_running(c, 2, started, Duration::from_secs(600));
     let m = members(c, 0);
     assert!(m.len() == 3 && m.iter().all(|m| m.2), "{m:?}");
     quiet_timers(c);
@@ -1078,16 +1084,7 @@ fn one_made_anew_while_two_reboot(c: &mut Cluster, o: &mut Offsite) {
         vm.wait_ssh(Duration::from_secs(400));
         c.nodes[i].start_polling();
     }
-    let s = c.nodes[2].await_sample(started, Duration::from_secs(900), |s| {
-        s.answered() && !matches!(s.verdict.as_str(), "in-progress" | "not-started")
-    });
-    assert_eq!(
-        (s.verdict.as_str(), s.exit),
-        ("running", 0),
-        "{}: {s:?}\n{}",
-        c.nodes[2].name,
-        c.nodes[2].timeline(c.zero)
-    );
+    run_ends_running(c, 2, started, Duration::from_secs(900));
     let joined = unix_now();
     for n in &c.nodes {
         n.await_running(

@@ -39,17 +39,6 @@ pub enum Data {
     Held(Option<i64>),
 }
 
-impl From<bool> for Data {
-    /// Data of a revision not read, or none.
-    fn from(has_data: bool) -> Data {
-        if has_data {
-            Data::Held(None)
-        } else {
-            Data::Empty
-        }
-    }
-}
-
 impl Node {
     /// The cluster ID etcd computed when it bootstrapped from this configuration.
     pub fn expected_cluster_id(&self) -> Id {

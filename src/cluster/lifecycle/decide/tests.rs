@@ -5,6 +5,15 @@ use crate::cluster::lifecycle::survey::{MemberHealth, Survey};
 
 const TOKEN: &str = "tok";
 
+/// What the data dir holds: etcd's data of a revision not read, or nothing.
+fn data(has_data: bool) -> Data {
+    if has_data {
+        Data::Held(None)
+    } else {
+        Data::Empty
+    }
+}
+
 fn node() -> Node {
     Node {
         name: "etcd-3".into(),
@@ -104,8 +113,8 @@ fn no_peer_answering_starts_as_configured() {
         statuses: vec![],
         answers: vec![],
     };
-    for data in [false, true] {
-        match decide(&node(), data.into(), &s) {
+    for has in [false, true] {
+        match decide(&node(), data(has), &s) {
             Decision::StartAsConfigured { why } => assert!(why.contains("10.0.0.1:2379"), "{why}"),
             d => panic!("{d:?}"),
         }
@@ -115,7 +124,7 @@ fn no_peer_answering_starts_as_configured() {
 #[test]
 fn an_empty_node_whose_old_self_is_a_dead_member_removes_it_and_joins_through_the_healthy_voters() {
     let s = survey(ours(), three(member(3, "etcd-3", 3, false)), &[1, 2]);
-    match decide(&node(), false.into(), &s) {
+    match decide(&node(), data(false), &s) {
         Decision::Join {
             remove,
             move_aside,
@@ -145,11 +154,11 @@ fn a_late_bootstrap_member_never_started_starts_as_configured() {
     let s = survey(ours(), three(unstarted.clone()), &[1, 2]);
     assert!(
         matches!(
-            decide(&n, false.into(), &s),
+            decide(&n, data(false), &s),
             Decision::StartAsConfigured { .. }
         ),
         "{:?}",
-        decide(&n, false.into(), &s)
+        decide(&n, data(false), &s)
     );
     // Not started but with another ID (added by a later `member add`): not our bootstrap
     // self, so it is removed and this node joins.
@@ -158,10 +167,7 @@ fn a_late_bootstrap_member_never_started_starts_as_configured() {
         ..unstarted
     };
     let s = survey(ours(), three(added), &[1, 2]);
-    assert!(matches!(
-        decide(&n, false.into(), &s),
-        Decision::Join { .. }
-    ));
+    assert!(matches!(decide(&n, data(false), &s), Decision::Join { .. }));
 }
 
 #[test]
@@ -172,7 +178,7 @@ fn an_empty_node_not_in_the_cluster_joins_without_removing_anyone() {
         &[1, 2],
     );
     assert!(
-        matches!(decide(&node(), false.into(), &s), Decision::Join { remove, .. } if remove.is_empty())
+        matches!(decide(&node(), data(false), &s), Decision::Join { remove, .. } if remove.is_empty())
     );
 }
 
@@ -180,7 +186,7 @@ fn an_empty_node_not_in_the_cluster_joins_without_removing_anyone() {
 fn a_node_with_data_that_is_a_member_starts_as_configured() {
     let s = survey(ours(), three(member(3, "etcd-3", 3, false)), &[1, 2]);
     assert!(matches!(
-        decide(&node(), true.into(), &s),
+        decide(&node(), data(true), &s),
         Decision::StartAsConfigured { .. }
     ));
 }
@@ -193,7 +199,7 @@ fn a_node_with_data_whose_member_was_removed_moves_it_aside_and_joins() {
         &[1, 2],
     );
     assert!(matches!(
-        decide(&node(), true.into(), &s),
+        decide(&node(), data(true), &s),
         Decision::Join {
             move_aside: true,
             ..
@@ -272,7 +278,7 @@ fn data_newer_than_the_cluster_are_not_moved_aside_to_join_it() {
 fn another_cluster_id_is_refused_naming_both_ids() {
     let other = Id(0x1234);
     let s = survey(other, three(member(3, "etcd-3", 3, false)), &[1, 2]);
-    match decide(&node(), false.into(), &s) {
+    match decide(&node(), data(false), &s) {
         Decision::Refuse { code, why } => {
             assert_eq!(code, ReasonCode::ClusterMismatch);
             assert!(
@@ -290,7 +296,7 @@ fn peers_that_disagree_on_the_cluster_are_refused() {
     let mut s = survey(ours(), three(member(3, "etcd-3", 3, false)), &[1, 2]);
     s.peers[1].1 = Ok(list(Id(99), vec![member(2, "etcd-2", 2, false)]));
     assert!(matches!(
-        decide(&node(), false.into(), &s),
+        decide(&node(), data(false), &s),
         Decision::Refuse {
             code: ReasonCode::ClusterMismatch,
             ..
@@ -302,7 +308,7 @@ fn peers_that_disagree_on_the_cluster_are_refused() {
 fn a_healthy_member_at_this_nodes_peer_url_is_refused_not_removed() {
     let s = survey(ours(), three(member(3, "etcd-3", 3, false)), &[1, 2, 3]);
     assert!(matches!(
-        decide(&node(), false.into(), &s),
+        decide(&node(), data(false), &s),
         Decision::Refuse {
             code: ReasonCode::ClusterMismatch,
             ..
@@ -315,7 +321,7 @@ fn a_never_started_learner_at_this_nodes_peer_url_is_an_earlier_attempt_and_remo
     // An earlier join added the learner and died before etcd started: etcd lists it with
     // no name and no client URL. It is this node's, not "another learner joining".
     let s = survey(ours(), three(member(7, "", 3, true)), &[1, 2]);
-    match decide(&node(), false.into(), &s) {
+    match decide(&node(), data(false), &s) {
         Decision::Join { remove, .. } => assert_eq!(remove[0].id, Id(7)),
         d => panic!("{d:?}"),
     }
@@ -324,7 +330,7 @@ fn a_never_started_learner_at_this_nodes_peer_url_is_an_earlier_attempt_and_remo
 #[test]
 fn a_started_member_with_this_nodes_name_elsewhere_makes_it_wait() {
     let s = survey(ours(), three(member(3, "etcd-3", 9, false)), &[1, 2]);
-    match decide(&node(), false.into(), &s) {
+    match decide(&node(), data(false), &s) {
         Decision::Wait { why } => assert!(why.contains("etcdctl member remove 3"), "{why}"),
         d => panic!("{d:?}"),
     }
@@ -335,7 +341,7 @@ fn another_learner_makes_it_wait() {
     let mut members = three(member(3, "etcd-3", 3, false));
     members.push(member(4, "etcd-4", 4, true));
     let s = survey(ours(), members, &[1, 2, 4]);
-    match decide(&node(), false.into(), &s) {
+    match decide(&node(), data(false), &s) {
         Decision::Wait { why } => assert!(why.contains("learner 4"), "{why}"),
         d => panic!("{d:?}"),
     }
@@ -345,7 +351,7 @@ fn another_learner_makes_it_wait() {
 fn without_a_quorum_of_healthy_voters_it_waits_naming_the_unhealthy() {
     // Three voters: this node's stale self and one more dead: one of two left is healthy.
     let s = survey(ours(), three(member(3, "etcd-3", 3, false)), &[1]);
-    match decide(&node(), false.into(), &s) {
+    match decide(&node(), data(false), &s) {
         Decision::Wait { why } => {
             assert!(
                 why.starts_with("1 of 2 voting members are healthy, 2 are needed"),
@@ -372,7 +378,7 @@ fn five_members_with_two_replaced_at_once_can_both_join() {
         .map(|i| (format!("etcd-{i}"), format!("http://10.0.0.{i}:2380")))
         .collect();
     let s = survey(n.expected_cluster_id(), five, &[1, 2, 5]);
-    match decide(&n, false.into(), &s) {
+    match decide(&n, data(false), &s) {
         Decision::Join { remove, via, .. } => {
             assert_eq!(remove[0].id, Id(3));
             assert_eq!(via.len(), 3);
@@ -392,7 +398,7 @@ fn a_late_first_boot_whose_initial_member_never_started_bootstraps_as_configured
     let n = node();
     let id = crate::cluster::etcd::member_id(&n.peer_urls, TOKEN);
     let s = survey(ours(), three(member(id.0, "", 3, false)), &[1, 2]);
-    match decide(&n, false.into(), &s) {
+    match decide(&n, data(false), &s) {
         Decision::StartAsConfigured { why } => assert!(why.contains("not started yet"), "{why}"),
         d => panic!("{d:?}"),
     }
@@ -400,7 +406,7 @@ fn a_late_first_boot_whose_initial_member_never_started_bootstraps_as_configured
     // bootstrap, so it is replaced.
     let s = survey(ours(), three(member(12345, "", 3, false)), &[1, 2]);
     assert!(
-        matches!(decide(&n, false.into(), &s), Decision::Join { remove, .. } if remove[0].id == Id(12345))
+        matches!(decide(&n, data(false), &s), Decision::Join { remove, .. } if remove[0].id == Id(12345))
     );
 }
 
@@ -430,13 +436,13 @@ fn a_cluster_without_quorum_that_still_answers_status_makes_it_wait_not_bootstra
         statuses: vec![status(ours())],
         answers: vec![],
     };
-    match decide(&node(), false.into(), &s) {
+    match decide(&node(), data(false), &s) {
         Decision::Wait { why } => assert!(why.contains("etcdserver: no leader"), "{why}"),
         d => panic!("{d:?}"),
     }
     s.statuses = vec![status(Id(77))];
     assert!(matches!(
-        decide(&node(), false.into(), &s),
+        decide(&node(), data(false), &s),
         Decision::Refuse {
             code: ReasonCode::ClusterMismatch,
             ..
